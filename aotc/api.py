@@ -1,0 +1,142 @@
+"""The library API behind the CLI: `export` (and, later, `compile` and `load`)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aotc.bundle import (
+    METADATA,
+    MANIFEST,
+    SIGNATURE,
+    WEIGHTS,
+    Bundle,
+    check_target,
+    file_entry,
+    staging_dir,
+    write_json,
+)
+from aotc.capture import MODES, Capture, CaptureOptions, capture
+from aotc.errors import AotcError
+from aotc.model_file import _split_inputs
+from aotc.schema import FORMAT_VERSION, Manifest, Metadata, ModelInfo, Signature
+
+__version__ = "0.1.0"
+
+PhaseCallback = Callable[[str], None]
+
+
+class FunctionModule(torch.nn.Module):
+    """Wraps a plain callable over tensors so it can be captured like a module."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def mode_for_graphs(graphs: Sequence[str]) -> str:
+    wanted = tuple(graphs)
+    for mode, kinds in MODES.items():
+        if wanted == kinds or (set(wanted) == set(kinds) and len(wanted) == len(kinds)):
+            return mode
+    raise AotcError(
+        f"graphs={wanted!r} is not a graph set aotc captures; use one of "
+        + ", ".join(repr(k) for k in MODES.values())
+    )
+
+
+def _write_weights(capture_: Capture, root: Path) -> None:
+    from safetensors.torch import save_file
+
+    # safetensors wants contiguous, unshared storage: one copy per name.
+    tensors = {k: v.detach().contiguous().clone() for k, v in capture_.state.items()}
+    save_file(tensors, str(root / WEIGHTS), metadata={"format": "pt"})
+
+
+def export(
+    model: torch.nn.Module | Callable[..., Any],
+    example_inputs: Any,
+    out: str | Path,
+    graphs: Sequence[str] = ("inference",),
+    loss: Callable[..., torch.Tensor] | None = None,
+    dynamic_shapes: Any = None,
+    *,
+    partitioner: str = "min-cut",
+    train: bool = False,
+    force: bool = False,
+    name: str | None = None,
+    source: str | None = None,
+    checkpoint: str | None = None,
+    on_phase: PhaseCallback | None = None,
+) -> Bundle:
+    """Capture `model` on `example_inputs` and write a bundle to `out`.
+
+    `graphs` is ("inference",), ("joint",) or ("forward", "backward"); training graphs
+    need `loss(outputs, *inputs)` for "joint". The write is atomic: `out` is replaced
+    only by a complete bundle, and only with `force=True`.
+    """
+    out = Path(out)
+    check_target(out, force)  # fail before seconds of tracing, not after
+    module = model if isinstance(model, torch.nn.Module) else FunctionModule(model)
+    args, kwargs = _split_inputs(example_inputs, "example_inputs")
+    mode = mode_for_graphs(graphs)
+    options = CaptureOptions(mode=mode, partitioner=partitioner, train=train, dynamic_shapes=dynamic_shapes)
+
+    if on_phase:
+        on_phase("capture")
+    captured = capture(module, args, kwargs, loss=loss, options=options)
+
+    if on_phase:
+        on_phase("write")
+    from aotc.exporters import EXPORTERS
+
+    with staging_dir(out, force) as root:
+        _write_weights(captured, root)
+        entries = [file_entry(root, WEIGHTS, "weights")]
+        entries += EXPORTERS["fx"].write(captured, root)
+        signature = Signature(
+            in_spec=_dumps(captured.in_spec),
+            out_spec=_dumps(captured.out_spec),
+            user_inputs=captured.user_inputs,
+            num_user_outputs=captured.num_user_outputs,
+            graphs={k: g.signature for k, g in captured.graphs.items()},
+        )
+        metadata = Metadata(
+            training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs
+        )
+        write_json(root / SIGNATURE, signature)
+        write_json(root / METADATA, metadata)
+        manifest = Manifest(
+            format_version=FORMAT_VERSION,
+            aotc_version=__version__,
+            torch_version=torch.__version__,
+            python_version=platform.python_version(),
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            model=ModelInfo(
+                name=name or type(module).__name__.lower(),
+                source=source,
+                class_name=type(module).__name__,
+                training=captured.training,
+                checkpoint=checkpoint,
+                num_parameters=sum(p.numel() for p in module.parameters()),
+            ),
+            graph_kinds=list(captured.graphs),
+            partitioner=captured.partitioner,
+            files=entries,
+        )
+        write_json(root / MANIFEST, manifest)
+    return Bundle.open(out)
+
+
+def _dumps(spec) -> str:
+    from torch.utils._pytree import treespec_dumps
+
+    return treespec_dumps(spec)

@@ -1,0 +1,682 @@
+"""Capture: a model and example inputs -> flat, functional graphs plus full metadata.
+
+The capture policy, in three steps, all on PyTorch's own machinery:
+
+1. `torch.export.export(strict=False)` of the model (and loss, for training graphs)
+   with the user's dynamic shapes. This handles data-dependent Python (Hugging Face
+   masks) and gives symbolic example inputs.
+2. AOTAutograd (`aot_export_joint_with_descriptors`) on that program: functionalizes it,
+   records every input mutation and output alias (ViewAndMutationMeta), and for training
+   traces the joint graph; `aot_compile_joint_with_descriptors` with the chosen
+   partitioner splits it into forward and backward.
+3. Each resulting graph is exported again, as a flat program
+   `(params, buffers, user inputs | saved, tangents) -> outputs`, so it can be saved with
+   `torch.export.save` and compiled by AOTInductor. Weights are inputs, never constants.
+
+Mutations and aliasing are *not* replayed by these graphs: mutated inputs come out as
+extra outputs and aliased outputs as plain tensors. The metadata says how the runtime
+puts them back, exactly as AOTAutograd's own runtime wrappers do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim, ExportedProgram
+
+from aotc import _torch_compat as tc
+from aotc.errors import CaptureError
+from aotc.model_file import forward_arg_names
+from aotc.schema import (
+    BackwardSignature,
+    DynamicDim,
+    GraphSignature,
+    InputMeta,
+    OutputMeta,
+    ProgramMeta,
+    Slot,
+    TensorMeta,
+    UserInput,
+)
+
+# Which graphs each capture mode produces.
+MODES: dict[str, tuple[str, ...]] = {
+    "inference": ("inference",),
+    "joint": ("joint",),
+    "autograd": ("forward", "backward"),
+}
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """What to capture. `mode` is a key of MODES; `train` puts the model in train mode
+    for an inference capture (training captures always use train mode)."""
+
+    mode: str = "inference"
+    partitioner: str = "min-cut"
+    train: bool = False
+    dynamic_shapes: Any = None
+
+
+@dataclass
+class CapturedGraph:
+    """One flat graph: its ExportedProgram, signature, and real example inputs."""
+
+    kind: str
+    program: ExportedProgram
+    signature: GraphSignature
+    example_inputs: list[torch.Tensor]
+
+
+@dataclass
+class Capture:
+    """Everything capture learned about a model, ready for the bundle writer."""
+
+    graphs: dict[str, CapturedGraph]
+    programs: dict[str, ProgramMeta]
+    user_inputs: list[UserInput]
+    user_input_meta: list[TensorMeta]
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    num_user_outputs: int
+    state: dict[str, torch.Tensor]
+    training: bool
+    partitioner: str | None
+    param_names: list[str] = field(default_factory=list)
+
+
+class Program(torch.nn.Module):
+    """The model, optionally followed by its loss: the thing torch.export traces."""
+
+    def __init__(self, model: torch.nn.Module, loss=None):
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, *args, **kwargs):
+        out = self.model(*args, **kwargs)
+        if self.loss is None:
+            return out
+        return self.loss(out, *args, **kwargs)
+
+
+class FlatCall(torch.nn.Module):
+    """Calls a captured graph with flat tensors and returns the non-None outputs."""
+
+    def __init__(self, fn, keep: list[int], tangents: list[tuple[int, torch.dtype, bool]] | None = None):
+        super().__init__()
+        self.fn = fn
+        self.keep = keep
+        self.tangents = tangents  # joint graphs: (position, dtype, is_loss) per tangent
+
+    def forward(self, *args):
+        if self.tangents is None:
+            outs = self.fn(*args)
+        else:
+            tangents = [
+                (torch.ones if is_loss else torch.zeros)((), dtype=dtype) for _, dtype, is_loss in self.tangents
+            ]
+            outs = self.fn(list(args), tangents)
+        outs = pytree.tree_flatten(outs, is_leaf=lambda x: x is None)[0]
+        return tuple(outs[i] for i in self.keep)
+
+
+_PREFIX = "model."
+
+
+def _strip(fqn: str) -> str:
+    return fqn[len(_PREFIX):] if fqn.startswith(_PREFIX) else fqn
+
+
+# ------------------------------------------------------------------ inputs and shapes
+
+
+def _check_plain_tensors(module: torch.nn.Module, flat: list[Any], names: list[str]) -> None:
+    for name, value in zip(names, flat):
+        if not isinstance(value, torch.Tensor):
+            raise CaptureError(
+                f"Input '{name}' is a {type(value).__name__}; aotc bundles take tensors only. "
+                "Make it a tensor, or bake the constant into the model."
+            )
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise CaptureError(
+                f"Input '{name}' is a {type(value).__name__}: tensor subclasses (DTensor, "
+                "nested tensors, ...) are not supported in aotc v1. Pass a plain tensor."
+            )
+    for fqn, t in [*module.named_parameters(), *module.named_buffers()]:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            raise CaptureError(
+                f"'{fqn}' is a {type(t).__name__}: tensor subclasses are not supported in aotc v1."
+            )
+
+
+def _positional_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
+    """The user's dynamic_shapes (keyed by forward's names, or positional) for Program."""
+    if spec is None:
+        return None
+    if isinstance(spec, dict):
+        names = forward_arg_names(model, args, kwargs)
+        unknown = set(spec) - set(names) - set(kwargs)
+        if unknown:
+            raise CaptureError(
+                f"dynamic_shapes names {sorted(unknown)}, which are not inputs of "
+                f"{type(model).__name__}.forward (inputs: {names + list(kwargs)})."
+            )
+        arg_specs = tuple(spec.get(n) for n in names)
+        kw_specs = {k: spec.get(k) for k in kwargs}
+    elif isinstance(spec, (list, tuple)):
+        arg_specs = tuple(spec[: len(args)])
+        kw_specs = {}
+    else:
+        raise CaptureError(
+            f"dynamic_shapes is a {type(spec).__name__}; expected a dict keyed by forward's "
+            "argument names, or a tuple in argument order (torch.export's format)."
+        )
+    out = {"args": arg_specs}
+    if kwargs:
+        out["kwargs"] = kw_specs
+    return out
+
+
+def _symbol_range(sym: torch.SymInt) -> tuple[str, int, int | None]:
+    node = sym.node
+    expr = node.expr
+    vr = node.shape_env.var_to_range.get(expr) if expr.is_symbol else None
+    lo = int(vr.lower) if vr is not None else 0
+    hi = vr.upper if vr is not None else None
+    hi = int(hi) if hi is not None and hi.is_finite else None
+    return str(expr), lo, hi
+
+
+def _dynamic_dims(val: Any) -> dict[str, DynamicDim]:
+    if not isinstance(val, torch.Tensor):
+        return {}
+    dims = {}
+    for i, s in enumerate(val.shape):
+        if isinstance(s, torch.SymInt) and not s.node.expr.is_number:
+            name, lo, hi = _symbol_range(s)
+            dims[str(i)] = DynamicDim(symbol=name, min=lo, max=hi)
+    return dims
+
+
+def _tensor_meta(real: torch.Tensor, fake: Any = None) -> TensorMeta:
+    return TensorMeta(
+        shape=list(real.shape),
+        stride=list(real.stride()),
+        dtype=str(real.dtype).removeprefix("torch."),
+        device=str(real.device),
+        dynamic_dims=_dynamic_dims(fake),
+    )
+
+
+def _export_dynamic_shapes(vals: list[Any]) -> tuple | None:
+    """torch.export dynamic_shapes for a flat graph, from its placeholders' fake values."""
+    dims: dict[str, Dim] = {}
+    specs = []
+    any_dynamic = False
+    for v in vals:
+        if not isinstance(v, torch.Tensor):
+            specs.append(None)
+            continue
+        spec = {}
+        for i, s in enumerate(v.shape):
+            if isinstance(s, torch.SymInt) and not s.node.expr.is_number:
+                any_dynamic = True
+                if s.node.expr.is_symbol:
+                    name, lo, hi = _symbol_range(s)
+                    if name not in dims:
+                        dims[name] = Dim(name, min=max(lo, 0), max=hi if hi is not None else int(2**62))
+                    spec[i] = dims[name]
+                else:
+                    spec[i] = Dim.AUTO
+        specs.append(spec or None)
+    return (tuple(specs),) if any_dynamic else None
+
+
+# --------------------------------------------------------------------- descriptors
+
+
+def _input_name(desc: Any, user_names: list[str]) -> tuple[str, str, str | None, int | None]:
+    """(slot name, role, target, index) for an AOTAutograd input descriptor."""
+    if isinstance(desc, tc.ParamAOTInput):
+        fqn = _strip(desc.target)
+        return fqn, "parameter", fqn, None
+    if isinstance(desc, tc.BufferAOTInput):
+        fqn = _strip(desc.target)
+        return fqn, "buffer", fqn, None
+    if isinstance(desc, tc.PlainAOTInput):
+        return user_names[desc.idx], "user_input", user_names[desc.idx], desc.idx
+    if isinstance(desc, tc.TangentAOTInput):
+        of = _output_slot(desc.output, user_names, loss=False)
+        return f"tangent:{of.name}", "tangent", of.name, of.index
+    raise CaptureError(f"unexpected graph input {desc!r}; this model uses a feature aotc v1 does not support")
+
+
+def _output_slot(desc: Any, user_names: list[str], loss: bool) -> Slot:
+    if isinstance(desc, tc.InputMutationAOTOutput):
+        name, _, target, index = _input_name(desc.mutated_input, user_names)
+        return Slot(f"mutated:{name}", "input_mutation", target, index)
+    if isinstance(desc, tc.PlainAOTOutput):
+        if loss:
+            return Slot("loss", "loss", None, desc.idx)
+        return Slot(f"output[{desc.idx}]", "user_output", None, desc.idx)
+    if isinstance(desc, tc.IntermediateBaseAOTOutput):
+        of = _output_slot(desc.base_of, user_names, loss)
+        return Slot(f"base_of:{of.name}", "intermediate_base", of.name, of.index)
+    if isinstance(desc, tc.SavedForBackwardsAOTOutput):
+        return Slot(f"saved[{desc.idx}]", "saved", None, desc.idx)
+    if isinstance(desc, tc.GradAOTOutput):
+        name, _, target, index = _input_name(desc.grad_of, user_names)
+        return Slot(f"grad:{name}", "gradient", target, index)
+    raise CaptureError(f"unexpected graph output {desc!r}; this model uses a feature aotc v1 does not support")
+
+
+def _placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return list(gm.graph.find_nodes(op="placeholder"))
+
+
+def _output_node(gm: torch.fx.GraphModule) -> torch.fx.Node:
+    return gm.graph.find_nodes(op="output")[0]
+
+
+def _flat_output_descs(gm: torch.fx.GraphModule) -> list[Any]:
+    descs = _output_node(gm).meta.get("desc")
+    if descs and isinstance(descs[0], list):  # (outputs, grads) joint layout is pre-flattened
+        descs = descs[0]
+    return list(descs)
+
+
+def _flat_output_nodes(gm: torch.fx.GraphModule) -> list[Any]:
+    args = _output_node(gm).args[0]
+    flat, _ = pytree.tree_flatten(args, is_leaf=lambda x: x is None)
+    return flat
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def _view_chain(node: Any, stop: set[Any]) -> list[str]:
+    """View ops from the output's base (a node in `stop`, or a non-view) to `node`."""
+    chain = []
+    while isinstance(node, torch.fx.Node) and node not in stop:
+        target = node.target
+        if not (isinstance(target, torch._ops.OpOverload) and target.is_view):
+            break
+        rest = ", ".join(str(a) for a in node.args[1:])
+        chain.append(f"{target}({rest})" if rest else str(target))
+        node = node.args[0]
+    return list(reversed(chain))
+
+
+def _program_meta(
+    jd_gm: torch.fx.GraphModule,
+    fw_metadata: Any,
+    input_slots: list[Slot],
+    real_inputs: list[torch.Tensor],
+    fake_inputs: list[Any],
+    real_outputs: list[Any],
+    duplicates: dict[int, int],
+) -> ProgramMeta:
+    inputs = []
+    for slot, info, real, fake in zip(input_slots, fw_metadata.input_info, real_inputs, fake_inputs, strict=True):
+        inputs.append(
+            InputMeta(
+                kind=slot.role,
+                name=slot.name,
+                tensor=_tensor_meta(real, fake),
+                requires_grad=info.requires_grad,
+                is_leaf=info.is_leaf,
+                mutates_data=info.mutates_data,
+                mutates_metadata=info.mutates_metadata,
+                mutates_storage_metadata=info.mutates_storage_metadata,
+                mutations_hidden_from_autograd=info.mutations_hidden_from_autograd,
+                mutations_under_no_grad_or_inference_mode=info.mutations_under_no_grad_or_inference_mode,
+                mutation_type=info.mutation_type.name,
+            )
+        )
+
+    descs = _flat_output_descs(jd_gm)
+    nodes = _flat_output_nodes(jd_gm)
+    user_out_nodes = {d.idx: n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput)}
+    placeholder_nodes = set(_placeholders(jd_gm))
+    outputs = []
+    for i, info in enumerate(fw_metadata.output_info):
+        kind = info.output_type.name
+        if kind in ("alias_of_input", "is_input"):
+            base = input_slots[info.base_idx].name
+        elif kind == "alias_of_intermediate_base_is_user_output":
+            base = f"output[{info.base_idx}]"
+        elif kind.startswith("alias_of_intermediate") or kind == "unsafe_view_alias":
+            base = f"intermediate_base[{info.base_idx}]"
+        else:
+            base = None
+        real = real_outputs[i] if i < len(real_outputs) else None
+        node = user_out_nodes.get(i)
+        outputs.append(
+            OutputMeta(
+                index=i,
+                output_type=kind,
+                base_idx=info.base_idx,
+                base=base,
+                requires_grad=info.requires_grad,
+                tensor=_tensor_meta(real, node.meta.get("val") if node is not None else None)
+                if isinstance(real, torch.Tensor)
+                else None,
+                view_replay=_view_chain(node, placeholder_nodes) if base is not None and node is not None else [],
+            )
+        )
+    return ProgramMeta(
+        inputs=inputs,
+        outputs=outputs,
+        num_intermediate_bases=fw_metadata.num_intermediate_bases,
+        duplicate_user_inputs={str(k): v for k, v in duplicates.items()},
+    )
+
+
+# ---------------------------------------------------------------------------- capture
+
+
+def _flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:
+    """Readable name and pytree path of every flat user input."""
+    arg_names = forward_arg_names(model, args, kwargs)
+    leaves, _ = pytree.tree_flatten_with_path((args, kwargs))
+    names, paths = [], []
+    for path, _ in leaves:
+        head, rest = path[0], path[1:]
+        if head.idx == 0:
+            base = arg_names[rest[0].idx]
+            rest = rest[1:]
+        else:
+            base = rest[0].key
+            rest = rest[1:]
+        suffix = pytree.keystr(rest) if rest else ""
+        names.append(base + suffix)
+        paths.append(pytree.keystr(path))
+    return names, paths
+
+
+def _export_program(model, args, kwargs, loss, dynamic_shapes) -> ExportedProgram:
+    program = Program(model, loss)
+    try:
+        return torch.export.export(
+            program, args, kwargs, dynamic_shapes=_positional_dynamic_shapes(model, args, kwargs, dynamic_shapes), strict=False
+        )
+    except CaptureError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CaptureError(
+            f"torch.export could not trace {type(model).__name__}"
+            f"{' with its loss' if loss else ''}: {type(e).__name__}: {first} "
+            "Pass --debug for torch's full message."
+        ) from e
+
+
+def _reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str) -> ExportedProgram:
+    try:
+        return torch.export.export(
+            fn, tuple(example_inputs), dynamic_shapes=_export_dynamic_shapes(fake_vals), strict=False
+        )
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CaptureError(
+            f"the captured {kind} graph could not be exported as a flat program: "
+            f"{type(e).__name__}: {first} Pass --debug for torch's full message."
+        ) from e
+
+
+def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, options: CaptureOptions = CaptureOptions()) -> Capture:
+    """Capture `model(*args, **kwargs)` as the graphs of `options.mode`.
+
+    Neither the model's weights and buffers nor the example inputs are changed.
+    """
+    if options.mode not in MODES:
+        raise CaptureError(f"unknown capture mode '{options.mode}'; expected one of {sorted(MODES)}")
+    if options.partitioner not in tc.PARTITIONERS:
+        raise CaptureError(
+            f"unknown partitioner '{options.partitioner}'; expected one of {sorted(tc.PARTITIONERS)}"
+        )
+    training = options.train or options.mode != "inference"
+    if options.mode != "inference" and loss is None and options.mode == "joint":
+        raise CaptureError(
+            "A joint graph needs a loss: define loss(outputs, *inputs) returning a scalar "
+            "tensor in the model file (or pass loss= to aotc.export)."
+        )
+
+    user_names, user_paths = _flat_user_names(model, args, kwargs)
+    flat_user, in_spec = pytree.tree_flatten((args, kwargs))
+    _check_plain_tensors(model, flat_user, user_names)
+    duplicates: dict[int, int] = {}  # later position -> first position of the same tensor
+    for j, t in enumerate(flat_user):
+        first = next((i for i in range(j) if flat_user[i] is t), None)
+        if first is not None:
+            duplicates[j] = first
+
+    was_training = model.training
+    model.train(training)
+    try:
+        return _capture(model, args, kwargs, loss, options, training, user_names, user_paths, flat_user, in_spec, duplicates)
+    finally:
+        model.train(was_training)
+
+
+def _capture(model, args, kwargs, loss, options, training, user_names, user_paths, flat_user, in_spec, duplicates) -> Capture:
+    # Clone so that tracing never touches the caller's tensors; duplicates stay duplicates.
+    clones: dict[int, torch.Tensor] = {}
+    for i, t in enumerate(flat_user):
+        clones[i] = clones[duplicates[i]] if i in duplicates else t.detach().clone().requires_grad_(t.requires_grad)
+    c_args, c_kwargs = pytree.tree_unflatten([clones[i] for i in range(len(flat_user))], in_spec)
+
+    use_loss = loss if options.mode == "joint" else None
+    ep = _export_program(model, c_args, c_kwargs, use_loss, options.dynamic_shapes)
+    if use_loss is not None:
+        loss_val = ep.graph.find_nodes(op="output")[0].args[0][0].meta.get("val")
+        if not isinstance(loss_val, torch.Tensor) or loss_val.dim() != 0:
+            found = f"a tensor of shape {tuple(loss_val.shape)}" if isinstance(loss_val, torch.Tensor) else type(loss_val).__name__
+            raise CaptureError(
+                f"loss() returned {found}; a joint graph needs a scalar loss (shape ()). "
+                "Reduce it, e.g. with .mean() or .sum()."
+            )
+    gm = ep.module()
+
+    # Symbolic stand-ins for the user inputs, from torch.export; duplicates share one.
+    user_specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    fake_user = [ep.graph.find_nodes(op="placeholder", target=s.arg.name)[0].meta["val"] for s in user_specs]
+    for j, i in duplicates.items():
+        fake_user[j] = fake_user[i]
+    for f, t in zip(fake_user, flat_user):
+        if isinstance(f, torch.Tensor) and t.requires_grad and not f.requires_grad:
+            f.requires_grad_(True)
+    f_args, f_kwargs = pytree.tree_unflatten(fake_user, in_spec)
+
+    state = {
+        **{_strip(k): v.detach() for k, v in gm.named_parameters()},
+        **{_strip(k): v.detach() for k, v in gm.named_buffers()},
+    }
+    param_names = [_strip(k) for k, _ in gm.named_parameters()]
+    graphs: dict[str, CapturedGraph] = {}
+    grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
+
+    with contextlib.ExitStack() as stack, grad_ctx:
+        try:
+            jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise CaptureError(
+                f"AOTAutograd could not capture {type(model).__name__}: {type(e).__name__}: {first} "
+                "Pass --debug for torch's full message."
+            ) from e
+        fw_metadata = jd._aot_state.fw_metadata
+        jgm = jd.graph_module
+        is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in _placeholders(jgm))
+        if options.mode != "inference" and not is_joint_graph:
+            raise CaptureError(
+                f"Nothing in {type(model).__name__} requires a gradient, so there is no backward "
+                "to capture. Unfreeze parameters, or export an inference graph."
+            )
+
+        primal_nodes = [p for p in _placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+        primal_slots = [Slot(*_slot_args(p.meta["desc"], user_names)) for p in primal_nodes]
+        real_primals = [_real_input(slot, state, flat_user) for slot in primal_slots]
+        fake_primals = [p.meta["val"] for p in primal_nodes]
+
+        if options.mode == "inference":
+            graphs["inference"] = _finish(
+                "inference", jgm, primal_slots, user_names, real_primals, fake_primals, tangents=None
+            )
+            user_out_values = _run_user_outputs(graphs["inference"])
+        elif options.mode == "joint":
+            tangent_nodes = [p for p in _placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+            tangents = [
+                (i, n.meta["val"].dtype, isinstance(n.meta["desc"].output, tc.PlainAOTOutput))
+                for i, n in enumerate(tangent_nodes)
+            ]
+            graphs["joint"] = _finish("joint", jgm, primal_slots, user_names, real_primals, fake_primals, tangents=tangents)
+            user_out_values = _run_user_outputs(graphs["joint"])
+        else:
+            recorded: dict[str, torch.fx.GraphModule] = {}
+
+            def recorder(name):
+                def compiler(graph_module, example_inputs):
+                    recorded[name] = graph_module
+                    return graph_module
+
+                return compiler
+
+            try:
+                tc.aot_compile_joint_with_descriptors(
+                    jd,
+                    partition_fn=tc.PARTITIONERS[options.partitioner],
+                    fw_compiler=recorder("forward"),
+                    bw_compiler=recorder("backward"),
+                )
+            except Exception as e:
+                raise CaptureError(
+                    f"partitioning the joint graph of {type(model).__name__} failed: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
+            fw, bw = recorded["forward"], recorded["backward"]
+            graphs["forward"] = _finish("forward", fw, primal_slots, user_names, real_primals, fake_primals, tangents=None)
+            fw_out_slots = graphs["forward"].signature.outputs
+            fw_values = list(graphs["forward"].program.module()(*graphs["forward"].example_inputs))
+            user_out_values = _user_outputs(graphs["forward"], fw_values)
+            graphs["backward"] = _capture_backward(bw, fw_out_slots, fw_values, user_names)
+
+        program_meta = _program_meta(
+            jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates
+        )
+        out_spec = jd.out_spec
+
+    user_input_meta = [_tensor_meta(t, f) for t, f in zip(flat_user, fake_user)]
+    meta_key = "forward" if options.mode == "autograd" else options.mode
+    return Capture(
+        graphs=graphs,
+        programs={meta_key: program_meta},
+        user_inputs=[UserInput(name=n, path=p) for n, p in zip(user_names, user_paths)],
+        user_input_meta=user_input_meta,
+        in_spec=in_spec,
+        out_spec=out_spec,
+        num_user_outputs=len(fw_metadata.output_info) if options.mode != "joint" else 1,
+        state=state,
+        training=training,
+        partitioner=options.partitioner if options.mode == "autograd" else None,
+        param_names=param_names,
+    )
+
+
+def _slot_args(desc: Any, user_names: list[str]) -> tuple[str, str, str | None, int | None]:
+    return _input_name(desc, user_names)
+
+
+def _real_input(slot: Slot, state: dict[str, torch.Tensor], flat_user: list[torch.Tensor]) -> torch.Tensor:
+    if slot.role in ("parameter", "buffer"):
+        return state[slot.target].clone()
+    t = flat_user[slot.index]
+    return t.detach().clone()
+
+
+def _kept_outputs(gm, user_names: list[str], loss: bool) -> tuple[list[int], list[Slot]]:
+    """Positions of the graph's non-None outputs, and their slots."""
+    descs = _flat_output_descs(gm)
+    keep = [i for i, n in enumerate(_flat_output_nodes(gm)) if n is not None]
+    return keep, [_output_slot(descs[i], user_names, loss) for i in keep]
+
+
+def _finish(kind, gm, in_slots, user_names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
+    """Re-export `gm` as a flat program that drops its None outputs."""
+    keep, out_slots = _kept_outputs(gm, user_names, loss=kind == "joint")
+    program = _reexport(FlatCall(gm, keep, tangents), real_inputs, fake_inputs, kind)
+    backward = _backward_signature(out_slots) if kind in ("joint", "backward") else None
+    return CapturedGraph(
+        kind=kind,
+        program=program,
+        signature=GraphSignature(kind=kind, inputs=in_slots, outputs=out_slots, backward=backward),
+        example_inputs=real_inputs,
+    )
+
+
+def _backward_signature(out_slots: list[Slot]) -> BackwardSignature:
+    return BackwardSignature(
+        gradients_to_parameters={
+            s.name: s.target for s in out_slots if s.role == "gradient" and s.index is None
+        },
+        gradients_to_user_inputs={
+            s.name: s.target for s in out_slots if s.role == "gradient" and s.index is not None
+        },
+        loss_output=next((s.name for s in out_slots if s.role == "loss"), None),
+    )
+
+
+def _run_user_outputs(graph: CapturedGraph) -> list[Any]:
+    with torch.no_grad():
+        values = list(graph.program.module()(*graph.example_inputs))
+    return _user_outputs(graph, values)
+
+
+def _user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
+    by_index = {
+        s.index: v for s, v in zip(graph.signature.outputs, values) if s.role in ("user_output", "loss")
+    }
+    return [by_index.get(i) for i in range(len(by_index))]
+
+
+def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], user_names: list[str]) -> CapturedGraph:
+    saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
+    placeholders = _placeholders(bw)
+    slots, reals = [], []
+    for i, p in enumerate(placeholders):
+        desc = p.meta.get("desc")
+        if isinstance(desc, tc.TangentAOTInput):
+            name, role, target, index = _input_name(desc, user_names)
+            of = next(v for s, v in zip(fw_out_slots, fw_values) if s.name == target)
+            slots.append(Slot(name, role, target, index))
+            reals.append(torch.ones_like(of))
+        else:
+            if i >= len(saved):
+                raise CaptureError("the backward graph takes more saved values than the forward saves")
+            slots.append(Slot(f"saved[{i}]", "saved", None, i))
+            reals.append(saved[i].detach() if isinstance(saved[i], torch.Tensor) else saved[i])
+    for r in reals:
+        if not isinstance(r, torch.Tensor):
+            raise CaptureError(
+                "the forward graph saves a symbolic size for backward; aotc v1 supports dynamic "
+                "shapes in training graphs only when sizes are recomputed. Export without "
+                "dynamic dims for training."
+            )
+    keep, out_slots = _kept_outputs(bw, user_names, loss=False)
+    program = _reexport(FlatCall(bw, keep), reals, [p.meta.get("val") for p in placeholders], "backward")
+    return CapturedGraph(
+        kind="backward",
+        program=program,
+        signature=GraphSignature(
+            kind="backward", inputs=slots, outputs=out_slots, backward=_backward_signature(out_slots)
+        ),
+        example_inputs=reals,
+    )
+
+
+__all__ = ["MODES", "Capture", "CaptureOptions", "CapturedGraph", "capture"]

@@ -1,0 +1,33 @@
+"""The exceptions aotc raises. Each says what went wrong, why, and what to do.
+
+The CLI turns an `AotcError` into `Error: <message>` and its `exit_code`; anything else
+is an internal error (exit 2).
+"""
+
+from __future__ import annotations
+
+
+class AotcError(Exception):
+    """Base class: a problem with the user's input, not a bug in aotc."""
+
+    exit_code = 1
+
+
+class ModelFileError(AotcError):
+    """The model file is missing, does not import, or breaks the model-file convention."""
+
+
+class CheckpointError(AotcError):
+    """A checkpoint cannot be read or does not match the model's keys and shapes."""
+
+
+class CaptureError(AotcError):
+    """torch could not capture the model as a graph of the asked kind."""
+
+
+class BundleError(AotcError):
+    """A bundle on disk is missing a file, corrupted, or from an unknown format."""
+
+
+class UnsupportedTorchError(AotcError):
+    """The installed torch lacks an API aotc relies on."""

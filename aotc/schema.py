@@ -1,0 +1,368 @@
+"""The bundle's JSON files, as dataclasses that validate on read and describe themselves.
+
+`manifest.json`, `signature.json` and `metadata.json` are each one top-level dataclass
+here. `to_json(obj)` writes one; `from_json(cls, data, where)` reads and checks one,
+naming the file and field of any problem; `json_schema(cls)` prints its JSON Schema.
+Nothing torch-internal appears in these files: AOTAutograd's enums are stored by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from aotc.errors import BundleError
+
+FORMAT_VERSION = 1
+
+GraphKind = Literal["inference", "joint", "forward", "backward"]
+GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
+
+InputRole = Literal["parameter", "buffer", "user_input", "saved", "tangent"]
+OutputRole = Literal[
+    "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"
+]
+MutationTypeName = Literal["NOT_MUTATED", "MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"]
+OutputTypeName = Literal[
+    "non_alias",
+    "alias_of_input",
+    "is_input",
+    "alias_of_intermediate_save_as_output",
+    "alias_of_intermediate",
+    "alias_of_intermediate_base_is_user_output",
+    "unsafe_view_alias",
+    "custom_function_view",
+]
+FileKind = Literal["weights", "graph", "graph_code", "compiled", "onnx", "reference", "other"]
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of the bundle; `path` is relative to the bundle root, with '/'."""
+
+    path: str
+    kind: FileKind
+    size: int
+    sha256: str
+    graph: str | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Where the bundle came from. `source` is the model file or `pkg.mod:factory`."""
+
+    name: str
+    source: str | None
+    class_name: str
+    training: bool
+    checkpoint: str | None = None
+    num_parameters: int = 0
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """manifest.json: versions, graph kinds, and every file with its size and sha256."""
+
+    format_version: int
+    aotc_version: str
+    torch_version: str
+    python_version: str
+    created: str
+    model: ModelInfo
+    graph_kinds: list[GraphKind]
+    partitioner: str | None
+    files: list[FileEntry]
+
+    def file(self, path: str) -> FileEntry | None:
+        return next((f for f in self.files if f.path == path), None)
+
+
+# ---------------------------------------------------------------------------- signature
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One input or output of a graph, in graph order, and what it means.
+
+    `target` names what the slot is about: a parameter/buffer FQN, a user input's name,
+    or for gradients, tangents and mutations the FQN or input it belongs to. `index` is
+    the user input/output or saved-activation index where the role has one.
+    """
+
+    name: str
+    role: str
+    target: str | None = None
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class BackwardSignature:
+    """Which graph output is the gradient of which parameter or user input."""
+
+    gradients_to_parameters: dict[str, str]
+    gradients_to_user_inputs: dict[str, str]
+    loss_output: str | None = None
+
+
+@dataclass(frozen=True)
+class GraphSignature:
+    """The calling convention of one graph: its flat inputs and outputs, in order."""
+
+    kind: GraphKind
+    inputs: list[Slot]
+    outputs: list[Slot]
+    backward: BackwardSignature | None = None
+
+
+@dataclass(frozen=True)
+class UserInput:
+    """One flat user input: `name` is forward's parameter name plus pytree path."""
+
+    name: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Signature:
+    """signature.json: the pytree specs of forward's inputs/outputs and every graph."""
+
+    in_spec: str
+    out_spec: str
+    user_inputs: list[UserInput]
+    num_user_outputs: int
+    graphs: dict[str, GraphSignature]
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    """A dimension whose size may vary at run time, within [min, max] (max None: unbounded)."""
+
+    symbol: str
+    min: int
+    max: int | None
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Shape, stride, dtype and device of the example tensor; sizes are the example's."""
+
+    shape: list[int]
+    stride: list[int]
+    dtype: str
+    device: str
+    dynamic_dims: dict[str, DynamicDim] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputMeta:
+    """One input of the traced program (parameters, buffers, then deduplicated user inputs).
+
+    Mirrors AOTAutograd's InputAliasInfo; `mutation_type` is MUTATED_OUT_GRAPH when the
+    runtime must apply the mutation (`copy_` for data, `as_strided_` for metadata).
+    `duplicate_of` is set on a user input that was the same tensor as an earlier one.
+    """
+
+    kind: Literal["parameter", "buffer", "user_input"]
+    name: str
+    tensor: TensorMeta | None
+    requires_grad: bool
+    is_leaf: bool
+    mutates_data: bool
+    mutates_metadata: bool
+    mutates_storage_metadata: bool
+    mutations_hidden_from_autograd: bool
+    mutations_under_no_grad_or_inference_mode: bool
+    mutation_type: MutationTypeName
+
+
+@dataclass(frozen=True)
+class OutputMeta:
+    """One user output. Mirrors AOTAutograd's OutputAliasInfo.
+
+    `base_idx` indexes program inputs for alias_of_input/is_input, intermediate bases for
+    alias_of_intermediate*, user outputs for alias_of_intermediate_base_is_user_output;
+    `base` names it for people. `view_replay` lists the view ops from base to output.
+    """
+
+    index: int
+    output_type: OutputTypeName
+    base_idx: int | None
+    base: str | None
+    requires_grad: bool
+    tensor: TensorMeta | None
+    view_replay: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProgramMeta:
+    """Mutation and alias facts of one captured program (inference, joint or forward)."""
+
+    inputs: list[InputMeta]
+    outputs: list[OutputMeta]
+    num_intermediate_bases: int
+    duplicate_user_inputs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """metadata.json: per program, every input's mutations and every output's aliasing."""
+
+    training: bool
+    user_inputs: list[TensorMeta]
+    programs: dict[str, ProgramMeta]
+
+
+# ------------------------------------------------------------------- (de)serialization
+
+_Schema = Union[Manifest, Signature, Metadata]
+
+
+def to_json(obj: Any) -> Any:
+    """A dataclass tree as plain JSON values."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    return obj
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _check(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(tp):
+            try:
+                return _check(option, value, where)
+            except BundleError as e:
+                errors.append(e)
+        raise BundleError(f"{where}: expected {_type_name(tp)}, found {value!r:.60}")
+    if tp is type(None):
+        if value is not None:
+            raise BundleError(f"{where}: expected null, found {value!r:.60}")
+        return None
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise BundleError(
+                f"{where}: expected one of {list(typing.get_args(tp))}, found {value!r:.60}"
+            )
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise BundleError(f"{where}: expected a list, found {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_check(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise BundleError(f"{where}: expected an object, found {type(value).__name__}")
+        _, item = typing.get_args(tp)
+        return {k: _check(item, v, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return _from_dict(tp, value, where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise BundleError(f"{where}: expected true/false, found {value!r:.60}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BundleError(f"{where}: expected an integer, found {value!r:.60}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BundleError(f"{where}: expected a number, found {value!r:.60}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise BundleError(f"{where}: expected a string, found {value!r:.60}")
+        return value
+    raise TypeError(f"schema type {tp} not supported")  # a bug in this module
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, globalns=globals())
+
+
+def _from_dict(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: expected an object, found {type(data).__name__}")
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise BundleError(f"{where}: missing field '{f.name}'")
+            continue
+        kwargs[f.name] = _check(hints[f.name], data[f.name], f"{where}.{f.name}")
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise BundleError(f"{where}: unknown field(s) {sorted(unknown)}")
+    return cls(**kwargs)
+
+
+def from_json(cls: type, data: Any, where: str) -> Any:
+    """Build `cls` from parsed JSON, raising BundleError that names `where` and the field."""
+    return _from_dict(cls, data, where)
+
+
+def json_schema(cls: type) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a schema dataclass."""
+    defs: dict[str, Any] = {}
+
+    def schema_of(tp: Any) -> dict[str, Any]:
+        origin = typing.get_origin(tp)
+        if origin in (Union, types.UnionType):
+            return {"anyOf": [schema_of(a) for a in typing.get_args(tp)]}
+        if tp is type(None):
+            return {"type": "null"}
+        if origin is Literal:
+            return {"enum": list(typing.get_args(tp))}
+        if origin is list:
+            return {"type": "array", "items": schema_of(typing.get_args(tp)[0])}
+        if origin is dict:
+            return {"type": "object", "additionalProperties": schema_of(typing.get_args(tp)[1])}
+        if dataclasses.is_dataclass(tp):
+            if tp.__name__ not in defs:
+                defs[tp.__name__] = {}  # placeholder against recursion
+                defs[tp.__name__] = object_schema(tp)
+            return {"$ref": f"#/$defs/{tp.__name__}"}
+        return {"type": {bool: "boolean", int: "integer", float: "number", str: "string"}[tp]}
+
+    def object_schema(tp: type) -> dict[str, Any]:
+        hints = _hints(tp)
+        fields = dataclasses.fields(tp)
+        return {
+            "type": "object",
+            "description": " ".join((tp.__doc__ or "").split()),
+            "properties": {f.name: schema_of(hints[f.name]) for f in fields},
+            "required": [
+                f.name
+                for f in fields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            ],
+            "additionalProperties": False,
+        }
+
+    top = object_schema(cls)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": cls.__name__,
+        **top,
+        "$defs": defs,
+    }

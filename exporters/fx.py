@@ -1,0 +1,46 @@
+"""The `fx` format: each captured graph as an ExportedProgram plus its readable code.
+
+`graphs/<kind>.pt2` is written with `torch.export.save` (a JSON graph, no pickled
+code); `graphs/<kind>.py` is the same graph as Python for people and diffs, headed by
+its signature.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aotc.bundle import file_entry
+from aotc.capture import Capture, CapturedGraph
+from aotc.schema import FileEntry
+
+FORMAT = "fx"
+
+
+def _code(graph: CapturedGraph) -> str:
+    sig = graph.signature
+    lines = [f'"""aotc {graph.kind} graph.', "", "Inputs (in order):"]
+    lines += [f"  {i:3d}  {s.role:<12} {s.name}" for i, s in enumerate(sig.inputs)]
+    lines += ["", "Outputs (in order):"]
+    lines += [f"  {i:3d}  {s.role:<17} {s.name}" for i, s in enumerate(sig.outputs)]
+    lines += ['"""', ""]
+    code = graph.program.graph_module.print_readable(print_output=False, include_stride=False)
+    # Drop tracing provenance ("# File: <eval_with_key>...") and the blank lines around it.
+    body = [ln for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("# File:")]
+    return "\n".join(lines + body) + "\n"
+
+
+def write(capture: Capture, root: Path) -> list[FileEntry]:
+    entries = []
+    (root / "graphs").mkdir(parents=True, exist_ok=True)
+    for kind, graph in capture.graphs.items():
+        pt2 = f"graphs/{kind}.pt2"
+        py = f"graphs/{kind}.py"
+        # Example inputs would be pickled into the archive; the bundle keeps none.
+        graph.program.example_inputs = None
+        torch.export.save(graph.program, str(root / pt2))
+        (root / py).write_text(_code(graph))
+        entries.append(file_entry(root, pt2, "graph", graph=kind))
+        entries.append(file_entry(root, py, "graph_code", graph=kind))
+    return entries
