@@ -15,22 +15,32 @@ Example::
     bundle = aotc.export(model, (torch.randn(2, 4),), "out/mlp", force=True)
     print(bundle.manifest.graph_kinds)          # ['inference']
     program = bundle.load_program("inference")  # torch.export.ExportedProgram
+
+Names are imported lazily so that `import aotc` (and `aotc --help`) does not import torch.
 """
 
-from aotc.api import __version__, export
-from aotc.bundle import Bundle
-from aotc.errors import AotcError, BundleError, CaptureError, CheckpointError, ModelFileError
-from aotc.model_file import ModelSpec, load_model
+from __future__ import annotations
 
-__all__ = [
-    "AotcError",
-    "Bundle",
-    "BundleError",
-    "CaptureError",
-    "CheckpointError",
-    "ModelFileError",
-    "ModelSpec",
-    "__version__",
-    "export",
-    "load_model",
-]
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "export": "aotc.api",
+    "Bundle": "aotc.bundle",
+    "load_model": "aotc.model_file",
+    "ModelSpec": "aotc.model_file",
+    "AotcError": "aotc.errors",
+    "BundleError": "aotc.errors",
+    "CaptureError": "aotc.errors",
+    "CheckpointError": "aotc.errors",
+    "ModelFileError": "aotc.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'aotc' has no attribute {name!r}")

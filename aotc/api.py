@@ -26,7 +26,7 @@ from aotc.errors import AotcError
 from aotc.model_file import _split_inputs
 from aotc.schema import FORMAT_VERSION, Manifest, Metadata, ModelInfo, Signature
 
-__version__ = "0.1.0"
+from aotc import __version__
 
 PhaseCallback = Callable[[str], None]
 

@@ -214,27 +214,22 @@ def _tensor_meta(real: torch.Tensor, fake: Any = None) -> TensorMeta:
 
 
 def _export_dynamic_shapes(vals: list[Any]) -> tuple | None:
-    """torch.export dynamic_shapes for a flat graph, from its placeholders' fake values."""
-    dims: dict[str, Dim] = {}
+    """torch.export dynamic_shapes for a flat graph, from its placeholders' fake values.
+
+    Every symbolic dim (and saved size) becomes Dim.AUTO: the graph is already traced, so
+    export only has to rediscover the relations between sizes. The user's ranges live in
+    metadata.json, where the runtime checks them.
+    """
     specs = []
-    any_dynamic = False
     for v in vals:
-        if not isinstance(v, torch.Tensor):
+        if isinstance(v, torch.SymInt) and not v.node.expr.is_number:
+            specs.append(Dim.AUTO)
+        elif isinstance(v, torch.Tensor):
+            dims = {i: Dim.AUTO for i, s in enumerate(v.shape) if isinstance(s, torch.SymInt) and not s.node.expr.is_number}
+            specs.append(dims or None)
+        else:
             specs.append(None)
-            continue
-        spec = {}
-        for i, s in enumerate(v.shape):
-            if isinstance(s, torch.SymInt) and not s.node.expr.is_number:
-                any_dynamic = True
-                if s.node.expr.is_symbol:
-                    name, lo, hi = _symbol_range(s)
-                    if name not in dims:
-                        dims[name] = Dim(name, min=max(lo, 0), max=hi if hi is not None else int(2**62))
-                    spec[i] = dims[name]
-                else:
-                    spec[i] = Dim.AUTO
-        specs.append(spec or None)
-    return (tuple(specs),) if any_dynamic else None
+    return (tuple(specs),) if any(s is not None for s in specs) else None
 
 
 # --------------------------------------------------------------------- descriptors
@@ -350,7 +345,7 @@ def _program_meta(
             base = input_slots[info.base_idx].name
         elif kind == "alias_of_intermediate_base_is_user_output":
             base = f"output[{info.base_idx}]"
-        elif kind.startswith("alias_of_intermediate") or kind == "unsafe_view_alias":
+        elif kind.startswith("alias_of_intermediate"):
             base = f"intermediate_base[{info.base_idx}]"
         else:
             base = None
@@ -646,9 +641,12 @@ def _user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
 
 def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], user_names: list[str]) -> CapturedGraph:
     saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
+    # AOTAutograd's backward takes the saved sizes (symints) first, then saved tensors.
+    saved_order = [i for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
+    saved_order += [i for i, v in enumerate(saved) if isinstance(v, torch.Tensor)]
     placeholders = _placeholders(bw)
     slots, reals = [], []
-    for i, p in enumerate(placeholders):
+    for position, p in enumerate(placeholders):
         desc = p.meta.get("desc")
         if isinstance(desc, tc.TangentAOTInput):
             name, role, target, index = _input_name(desc, user_names)
@@ -656,17 +654,11 @@ def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], user_n
             slots.append(Slot(name, role, target, index))
             reals.append(torch.ones_like(of))
         else:
-            if i >= len(saved):
+            if position >= len(saved_order):
                 raise CaptureError("the backward graph takes more saved values than the forward saves")
+            i = saved_order[position]
             slots.append(Slot(f"saved[{i}]", "saved", None, i))
             reals.append(saved[i].detach() if isinstance(saved[i], torch.Tensor) else saved[i])
-    for r in reals:
-        if not isinstance(r, torch.Tensor):
-            raise CaptureError(
-                "the forward graph saves a symbolic size for backward; aotc v1 supports dynamic "
-                "shapes in training graphs only when sizes are recomputed. Export without "
-                "dynamic dims for training."
-            )
     keep, out_slots = _kept_outputs(bw, user_names, loss=False)
     program = _reexport(FlatCall(bw, keep), reals, [p.meta.get("val") for p in placeholders], "backward")
     return CapturedGraph(

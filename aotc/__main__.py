@@ -1,0 +1,5 @@
+"""`python -m aotc` runs the command-line interface."""
+
+from aotc.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `aotc` command line: thin Click commands over the library in `aotc`."""

@@ -1,0 +1,115 @@
+"""What every command shares: error handling, options, and the stderr console."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from aotc.errors import AotcError
+
+INTERNAL_ERROR = 2
+
+
+def console():
+    """A rich console on stderr: people read stderr, programs read stdout."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def debug_option(fn: Callable) -> Callable:
+    return click.option("--debug", is_flag=True, help="Show the full traceback on errors.")(fn)
+
+
+def json_option(fn: Callable) -> Callable:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print a machine-readable JSON result on stdout."
+    )(fn)
+
+
+def handles_errors(fn: Callable) -> Callable:
+    """Turn AotcError into `Error: ...` and exit 1; anything else is an internal error (2).
+
+    `--debug` adds the traceback. Click's own usage errors pass through untouched.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = kwargs.get("debug", False)
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except AotcError as e:
+            if debug:
+                traceback.print_exc(file=sys.stderr)
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("Interrupted; nothing was written.", err=True)
+            sys.exit(130)
+        except Exception as e:
+            if debug:
+                traceback.print_exc(file=sys.stderr)
+            click.echo(
+                f"Internal error: {type(e).__name__}: {e}\n"
+                "This is a bug in aotc or torch. Rerun with --debug for the traceback and "
+                "report it.",
+                err=True,
+            )
+            sys.exit(INTERNAL_ERROR)
+
+    return wrapper
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+class Phases:
+    """Shows the running phase with a spinner and prints each finished one with its time."""
+
+    def __init__(self, out):
+        self.out = out
+        self.times: dict[str, float] = {}
+        self._current: str | None = None
+        self._t0 = 0.0
+        self._status = None
+
+    def start(self, name: str) -> None:
+        import time
+
+        self.finish()
+        self._current, self._t0 = name, time.perf_counter()
+        self._status = self.out.status(f"{name}...")
+        self._status.start()
+
+    def finish(self) -> None:
+        import time
+
+        if self._current is None:
+            return
+        self._status.stop()
+        elapsed = time.perf_counter() - self._t0
+        self.times[self._current] = elapsed
+        self.out.print(f"[green]✓[/] {self._current:<8} {elapsed:6.2f} s")
+        self._current = None
+
+    def abort(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+        self._current = None

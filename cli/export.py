@@ -1,0 +1,143 @@
+"""`aotc export`: capture a model file into a bundle."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
+from aotc.errors import AotcError
+
+
+def parse_dynamic(values: tuple[str, ...]) -> dict[str, dict[int, str]]:
+    """`x:0` -> {"x": {0: "x_dim0"}}: input name, dim index, and a name for the Dim."""
+    dims: dict[str, dict[int, str]] = {}
+    for value in values:
+        name, sep, dim = value.rpartition(":")
+        if not sep or not name or not dim.isdigit():
+            raise click.BadParameter(
+                f"'{value}' is not NAME:DIM (an input name and a dimension index, e.g. x:0).",
+                param_hint="--dynamic",
+            )
+        dims.setdefault(name, {})[int(dim)] = f"{name.replace('.', '_')}_dim{dim}"
+    return dims
+
+
+def merge_dynamic(file_spec, cli_dims: dict[str, dict[int, str]]):
+    if not cli_dims:
+        return file_spec
+    from torch.export import Dim
+
+    if file_spec is not None and not isinstance(file_spec, dict):
+        raise AotcError(
+            "--dynamic cannot be combined with a model file whose dynamic_shapes is a "
+            f"{type(file_spec).__name__}; write dynamic_shapes as a dict keyed by input name."
+        )
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in (file_spec or {}).items()}
+    for name, dims in cli_dims.items():
+        entry = merged.setdefault(name, {})
+        if not isinstance(entry, dict):
+            raise AotcError(f"dynamic_shapes['{name}'] in the model file is not a dict of dims; cannot add --dynamic {name}:...")
+        for dim, dim_name in dims.items():
+            entry[dim] = Dim(dim_name)
+    return merged
+
+
+def graph_options(fn):
+    fn = click.option("--autograd", is_flag=True, help="Capture forward + backward graphs (an autograd.Function).")(fn)
+    fn = click.option("--joint", is_flag=True, help="Capture one training-step graph: loss, gradients, buffer updates.")(fn)
+    return fn
+
+
+def mode_from_flags(joint: bool, autograd: bool) -> tuple[str, ...]:
+    if joint and autograd:
+        raise click.UsageError("--joint and --autograd are exclusive: choose one graph kind.")
+    if joint:
+        return ("joint",)
+    if autograd:
+        return ("forward", "backward")
+    return ("inference",)
+
+
+@click.command("export")
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Bundle directory [default: bundles/<model name>].")
+@graph_options
+@click.option("--train", is_flag=True, help="Capture the inference graph with the model in train mode.")
+@click.option("--entry", help="Factory function to call instead of build_model.")
+@click.option("--checkpoint", type=click.Path(path_type=Path), help="Weights (.safetensors, or .pt/.bin as weights only).")
+@click.option("--dynamic", multiple=True, metavar="NAME:DIM", help="Mark dim DIM of input NAME dynamic (repeatable).")
+@click.option(
+    "--partitioner", type=click.Choice(["min-cut", "default"]), default="min-cut", show_default=True,
+    help="How --autograd splits the joint graph into forward and backward.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing bundle at the output path.")
+@json_option
+@debug_option
+@handles_errors
+def export_command(model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force, as_json, debug):
+    """Capture MODEL (a model file or package.module:factory) into a bundle.
+
+    \b
+    Examples:
+      aotc export sample_models/mlp.py -o bundles/mlp
+      aotc export sample_models/mlp.py --joint -o bundles/mlp-joint
+      aotc export sample_models/mlp.py --autograd --dynamic x:0 -o bundles/mlp-fb
+    """
+    graphs = mode_from_flags(joint, autograd)
+    cli_dims = parse_dynamic(dynamic)
+    out = console()
+    phases = Phases(out)
+    started = time.perf_counter()
+    try:
+        phases.start("load")
+        from aotc.bundle import check_target
+        from aotc.model_file import load_model
+
+        spec = load_model(model, entry=entry, checkpoint=checkpoint)
+        target = output or Path("bundles") / spec.name
+        check_target(target, force)
+        if "joint" in graphs and spec.loss is None:
+            raise AotcError(
+                f"Model file '{spec.source}' defines no loss(outputs, *inputs); --joint needs one "
+                "that returns a scalar tensor."
+            )
+        from aotc.api import export
+
+        bundle = export(
+            spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
+            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=partitioner,
+            train=train, force=force, name=spec.name, source=spec.source,
+            checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
+            on_phase=phases.start,
+        )
+        phases.finish()
+    finally:
+        phases.abort()
+    timings = dict(phases.times, total=time.perf_counter() - started)
+
+    from aotc.summary import describe
+
+    info = describe(bundle)
+    summary = {
+        "bundle": str(bundle.path),
+        "model": spec.name,
+        "source": spec.source,
+        "graphs": {k: {"nodes": g["num_nodes"], "inputs": g["num_inputs"], "outputs": g["num_outputs"]} for k, g in info["graphs"].items()},
+        "size_bytes": info["size"]["total"],
+        "seconds": {k: round(v, 3) for k, v in timings.items()},
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{spec.name} -> {bundle.path}", title_justify="left")
+    for col in ("graph", "nodes", "inputs", "outputs"):
+        table.add_column(col, justify="left" if col == "graph" else "right")
+    for kind, g in summary["graphs"].items():
+        table.add_row(kind, str(g["nodes"]), str(g["inputs"]), str(g["outputs"]))
+    out.print(table)
+    out.print(f"{human_size(summary['size_bytes'])} in {timings['total']:.2f} s")

@@ -1,0 +1,142 @@
+"""`aotc inspect`: what a bundle holds. Reads JSON and text only; runs nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, human_size, json_option
+
+
+def _shape(tensor: dict | None) -> str:
+    if tensor is None:
+        return "-"
+    dims = []
+    for i, size in enumerate(tensor["shape"]):
+        dyn = tensor["dynamic_dims"].get(str(i))
+        if dyn:
+            hi = "inf" if dyn["max"] is None else dyn["max"]
+            dims.append(f"{dyn['symbol']}[{dyn['min']}..{hi}]")
+        else:
+            dims.append(str(size))
+    return "(" + ", ".join(dims) + ")"
+
+
+def _mutation(inp: dict) -> str:
+    if inp["mutation_type"] == "NOT_MUTATED":
+        return ""
+    what = [w for w, flag in (("data", inp["mutates_data"]), ("metadata", inp["mutates_metadata"])) if flag]
+    extra = " no_grad" if inp["mutations_under_no_grad_or_inference_mode"] else ""
+    return f"{inp['mutation_type']} ({'+'.join(what)}{extra})"
+
+
+def _render(info: dict, top_ops: int) -> None:
+    from rich.table import Table
+
+    out = console()
+    m = info["manifest"]
+    model = m["model"]
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for label, value in [
+        ("bundle", info["path"]),
+        ("model", f"{model['name']} ({model['class_name']}, {model['num_parameters']:,} parameters)"),
+        ("source", model["source"] or "-"),
+        ("mode", "train" if model["training"] else "eval"),
+        ("graphs", ", ".join(m["graph_kinds"]) + (f"  (partitioner: {m['partitioner']})" if m["partitioner"] else "")),
+        ("format", f"{m['format_version']}  aotc {m['aotc_version']}  torch {m['torch_version']}  python {m['python_version']}"),
+        ("created", m["created"]),
+        ("size", "  ".join([f"total {human_size(info['size']['total'])}"] + [f"{k} {human_size(v)}" for k, v in info["size"].items() if k != "total"])),
+    ]:
+        head.add_row(label, value)
+    out.print(head)
+
+    files = Table(title="Files", title_justify="left")
+    for col in ("path", "kind", "size", "sha256"):
+        files.add_column(col, justify="right" if col == "size" else "left")
+    for f in m["files"]:
+        files.add_row(f["path"], f["kind"], human_size(f["size"]), f["sha256"][:16])
+    out.print(files)
+
+    for program, meta in info["metadata"]["programs"].items():
+        inputs = Table(title=f"{program}: inputs", title_justify="left")
+        for col in ("#", "kind", "name", "shape", "dtype", "grad", "mutation"):
+            inputs.add_column(col)
+        for i, inp in enumerate(meta["inputs"]):
+            t = inp["tensor"] or {}
+            inputs.add_row(str(i), inp["kind"], inp["name"], _shape(inp["tensor"]), t.get("dtype", "-"),
+                           "yes" if inp["requires_grad"] else "", _mutation(inp))
+        for dup, first in meta["duplicate_user_inputs"].items():
+            inputs.add_row("", "user_input", info["user_inputs"][int(dup)]["name"], "", "", "",
+                           f"same tensor as {info['user_inputs'][first]['name']}")
+        out.print(inputs)
+        outputs = Table(title=f"{program}: outputs", title_justify="left")
+        for col in ("#", "alias", "base", "shape", "grad", "view replay"):
+            outputs.add_column(col)
+        for o in meta["outputs"]:
+            outputs.add_row(str(o["index"]), o["output_type"], o["base"] or "", _shape(o["tensor"]),
+                            "yes" if o["requires_grad"] else "", " -> ".join(o["view_replay"]))
+        out.print(outputs)
+
+    for kind, g in info["graphs"].items():
+        sig = g["signature"]
+        roles: dict[str, int] = {}
+        for s in sig["outputs"]:
+            roles[s["role"]] = roles.get(s["role"], 0) + 1
+        out.print(f"[bold]{kind}[/] graph: {g['num_nodes']} ops, {g['num_inputs']} inputs, "
+                  f"{g['num_outputs']} outputs ({', '.join(f'{n} {r}' for r, n in roles.items())})")
+        if sig["backward"]:
+            bw = Table(title=f"{kind}: backward signature", title_justify="left")
+            bw.add_column("output")
+            bw.add_column("gradient of")
+            for name, target in sig["backward"]["gradients_to_parameters"].items():
+                bw.add_row(name, f"parameter {target}")
+            for name, target in sig["backward"]["gradients_to_user_inputs"].items():
+                bw.add_row(name, f"input {target}")
+            if sig["backward"]["loss_output"]:
+                bw.add_row(sig["backward"]["loss_output"], "(loss)")
+            out.print(bw)
+        ops = Table(title=f"{kind}: ops", title_justify="left")
+        ops.add_column("op")
+        ops.add_column("count", justify="right")
+        items = list(g["ops"].items())
+        for op, n in items[:top_ops]:
+            ops.add_row(op, str(n))
+        if len(items) > top_ops:
+            ops.add_row(f"... {len(items) - top_ops} more", str(sum(n for _, n in items[top_ops:])))
+        out.print(ops)
+
+
+@click.command("inspect")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--graph", "graph_kind", metavar="KIND", help="Print that graph's readable code to stdout.")
+@click.option("--top", default=15, show_default=True, help="Operators listed per graph.")
+@click.option("--no-verify", is_flag=True, help="Skip checking sha256 of every file.")
+@json_option
+@debug_option
+@handles_errors
+def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
+    """Show what BUNDLE holds: manifest, inputs, outputs, signatures, operators.
+
+    Nothing in the bundle is loaded or run; every file's hash is checked first.
+
+    \b
+    Examples:
+      aotc inspect bundles/mlp-joint
+      aotc inspect bundles/mlp-joint --json | jq .graphs.joint.num_nodes
+      aotc inspect bundles/mlp --graph inference
+    """
+    from aotc.bundle import Bundle
+    from aotc.summary import describe
+
+    b = Bundle.open(bundle, verify_hashes=not no_verify)
+    if graph_kind:
+        click.echo(b.graph_code(graph_kind), nl=False)
+        return
+    info = describe(b)
+    if as_json:
+        emit_json(info)
+    else:
+        _render(info, top)

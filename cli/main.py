@@ -1,0 +1,28 @@
+"""The `aotc` command group. Commands live one per module and import torch lazily."""
+
+from __future__ import annotations
+
+import click
+
+from aotc import __version__
+from aotc.cli.export import export_command
+from aotc.cli.inspect import inspect_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="aotc")
+def cli():
+    """aotc: export, compile, inspect and run PyTorch models ahead of time.
+
+    \b
+    aotc export sample_models/mlp.py -o bundles/mlp      capture graphs into a bundle
+    aotc inspect bundles/mlp                             show what a bundle holds
+    """
+
+
+cli.add_command(export_command)
+cli.add_command(inspect_command)
+
+
+def main() -> None:
+    cli(prog_name="aotc")
