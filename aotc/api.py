@@ -23,23 +23,12 @@ from aotc.bundle import (
 )
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.errors import AotcError
-from aotc.model_file import _split_inputs
+from aotc.model_file import FunctionModule, _split_inputs
 from aotc.schema import FORMAT_VERSION, Manifest, Metadata, ModelInfo, Signature
 
 from aotc import __version__
 
 PhaseCallback = Callable[[str], None]
-
-
-class FunctionModule(torch.nn.Module):
-    """Wraps a plain callable over tensors so it can be captured like a module."""
-
-    def __init__(self, fn: Callable[..., Any]):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
 
 
 def mode_for_graphs(graphs: Sequence[str]) -> str:

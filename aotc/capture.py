@@ -21,6 +21,7 @@ puts them back, exactly as AOTAutograd's own runtime wrappers do.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,10 +187,18 @@ def _symbol_range(sym: torch.SymInt) -> tuple[str, int, int | None]:
     node = sym.node
     expr = node.expr
     vr = node.shape_env.var_to_range.get(expr) if expr.is_symbol else None
-    lo = int(vr.lower) if vr is not None else 0
-    hi = vr.upper if vr is not None else None
-    hi = int(hi) if hi is not None and hi.is_finite else None
-    return str(expr), lo, hi
+    lo = _finite_int(vr.lower) if vr is not None else None
+    hi = _finite_int(vr.upper) if vr is not None else None
+    return str(expr), lo or 0, hi
+
+
+def _finite_int(value: Any) -> int | None:
+    """A sympy bound as an int; None for (int_)oo."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return int(number) if math.isfinite(number) else None
 
 
 def _dynamic_dims(val: Any) -> dict[str, DynamicDim]:

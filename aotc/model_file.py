@@ -199,10 +199,22 @@ def _check_forward_accepts(model: torch.nn.Module, args: tuple, kwargs: dict, wh
         pass
 
 
+class FunctionModule(torch.nn.Module):
+    """Wraps a plain callable over tensors so it can be captured like a module."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
 def forward_arg_names(model: torch.nn.Module, args: tuple, kwargs: dict) -> list[str]:
     """Names of forward's positional parameters for `args` (`arg0`... when unknown)."""
+    target = model.fn if isinstance(model, FunctionModule) else model.forward
     try:
-        params = list(inspect.signature(model.forward).parameters.values())
+        params = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):
         params = []
     names = []

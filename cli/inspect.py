@@ -24,11 +24,28 @@ def _shape(tensor: dict | None) -> str:
 
 
 def _mutation(inp: dict) -> str:
+    """'data', 'metadata', ... ; --json has the full AOTAutograd fields."""
     if inp["mutation_type"] == "NOT_MUTATED":
         return ""
     what = [w for w, flag in (("data", inp["mutates_data"]), ("metadata", inp["mutates_metadata"])) if flag]
-    extra = " no_grad" if inp["mutations_under_no_grad_or_inference_mode"] else ""
-    return f"{inp['mutation_type']} ({'+'.join(what)}{extra})"
+    notes = [n for n, flag in (
+        ("in graph", inp["mutation_type"] == "MUTATED_IN_GRAPH"),
+        ("no_grad", inp["mutations_under_no_grad_or_inference_mode"]),
+    ) if flag]
+    return "+".join(what) + (f" ({', '.join(notes)})" if notes else "")
+
+
+_KIND = {"parameter": "param", "buffer": "buffer", "user_input": "input"}
+
+
+def _table(title: str, *columns: str):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        # fold, never truncate: a cut-off FQN or mutation type is worse than a tall table
+        table.add_column(col, overflow="fold", justify="right" if col in ("size", "count") else "left")
+    return table
 
 
 def _render(info: dict, top_ops: int) -> None:
@@ -53,28 +70,22 @@ def _render(info: dict, top_ops: int) -> None:
         head.add_row(label, value)
     out.print(head)
 
-    files = Table(title="Files", title_justify="left")
-    for col in ("path", "kind", "size", "sha256"):
-        files.add_column(col, justify="right" if col == "size" else "left")
+    files = _table("Files", "path", "kind", "size", "sha256")
     for f in m["files"]:
         files.add_row(f["path"], f["kind"], human_size(f["size"]), f["sha256"][:16])
     out.print(files)
 
     for program, meta in info["metadata"]["programs"].items():
-        inputs = Table(title=f"{program}: inputs", title_justify="left")
-        for col in ("#", "kind", "name", "shape", "dtype", "grad", "mutation"):
-            inputs.add_column(col)
+        inputs = _table(f"{program}: inputs", "#", "kind", "name", "shape", "dtype", "grad", "mutated")
         for i, inp in enumerate(meta["inputs"]):
             t = inp["tensor"] or {}
-            inputs.add_row(str(i), inp["kind"], inp["name"], _shape(inp["tensor"]), t.get("dtype", "-"),
+            inputs.add_row(str(i), _KIND[inp["kind"]], inp["name"], _shape(inp["tensor"]), t.get("dtype", "-"),
                            "yes" if inp["requires_grad"] else "", _mutation(inp))
         for dup, first in meta["duplicate_user_inputs"].items():
-            inputs.add_row("", "user_input", info["user_inputs"][int(dup)]["name"], "", "", "",
+            inputs.add_row("", "input", info["user_inputs"][int(dup)]["name"], "", "", "",
                            f"same tensor as {info['user_inputs'][first]['name']}")
         out.print(inputs)
-        outputs = Table(title=f"{program}: outputs", title_justify="left")
-        for col in ("#", "alias", "base", "shape", "grad", "view replay"):
-            outputs.add_column(col)
+        outputs = _table(f"{program}: outputs", "#", "alias", "base", "shape", "grad", "view replay")
         for o in meta["outputs"]:
             outputs.add_row(str(o["index"]), o["output_type"], o["base"] or "", _shape(o["tensor"]),
                             "yes" if o["requires_grad"] else "", " -> ".join(o["view_replay"]))
@@ -88,9 +99,7 @@ def _render(info: dict, top_ops: int) -> None:
         out.print(f"[bold]{kind}[/] graph: {g['num_nodes']} ops, {g['num_inputs']} inputs, "
                   f"{g['num_outputs']} outputs ({', '.join(f'{n} {r}' for r, n in roles.items())})")
         if sig["backward"]:
-            bw = Table(title=f"{kind}: backward signature", title_justify="left")
-            bw.add_column("output")
-            bw.add_column("gradient of")
+            bw = _table(f"{kind}: backward signature", "output", "gradient of")
             for name, target in sig["backward"]["gradients_to_parameters"].items():
                 bw.add_row(name, f"parameter {target}")
             for name, target in sig["backward"]["gradients_to_user_inputs"].items():
@@ -98,9 +107,7 @@ def _render(info: dict, top_ops: int) -> None:
             if sig["backward"]["loss_output"]:
                 bw.add_row(sig["backward"]["loss_output"], "(loss)")
             out.print(bw)
-        ops = Table(title=f"{kind}: ops", title_justify="left")
-        ops.add_column("op")
-        ops.add_column("count", justify="right")
+        ops = _table(f"{kind}: ops", "op", "count")
         items = list(g["ops"].items())
         for op, n in items[:top_ops]:
             ops.add_row(op, str(n))
