@@ -97,6 +97,8 @@ def export(
             user_inputs=captured.user_inputs,
             num_user_outputs=captured.num_user_outputs,
             graphs={k: g.signature for k, g in captured.graphs.items()},
+            state_aliases=captured.state_aliases,
+            non_persistent_buffers=captured.non_persistent_buffers,
         )
         metadata = Metadata(
             training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs

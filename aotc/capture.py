@@ -87,7 +87,8 @@ class Capture:
     state: dict[str, torch.Tensor]
     training: bool
     partitioner: str | None
-    param_names: list[str] = field(default_factory=list)
+    state_aliases: dict[str, str] = field(default_factory=dict)
+    non_persistent_buffers: list[str] = field(default_factory=list)
 
 
 class Program(torch.nn.Module):
@@ -303,9 +304,11 @@ def _flat_output_nodes(gm: torch.fx.GraphModule) -> list[Any]:
 # --------------------------------------------------------------------------- metadata
 
 
-def _view_chain(node: Any, stop: set[Any]) -> list[str]:
-    """View ops from the output's base (a node in `stop`, or a non-view) to `node`."""
+def _view_chain(node: Any, stop: set[Any]) -> tuple[list[str], int | None]:
+    """View ops from the output's base (a node in `stop`, or a non-view) to `node`, and
+    the output's storage offset relative to that base (None when symbolic)."""
     chain = []
+    out = node
     while isinstance(node, torch.fx.Node) and node not in stop:
         target = node.target
         if not (isinstance(target, torch._ops.OpOverload) and target.is_view):
@@ -313,7 +316,13 @@ def _view_chain(node: Any, stop: set[Any]) -> list[str]:
         rest = ", ".join(str(a) for a in node.args[1:])
         chain.append(f"{target}({rest})" if rest else str(target))
         node = node.args[0]
-    return list(reversed(chain))
+    offset = None
+    out_val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+    base_val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor):
+        delta = out_val.storage_offset() - base_val.storage_offset()
+        offset = int(delta) if isinstance(delta, int) or not delta.node.expr.free_symbols else None
+    return list(reversed(chain)), offset
 
 
 def _program_meta(
@@ -360,6 +369,7 @@ def _program_meta(
             base = None
         real = real_outputs[i] if i < len(real_outputs) else None
         node = user_out_nodes.get(i)
+        chain, offset = _view_chain(node, placeholder_nodes) if base is not None and node is not None else ([], None)
         outputs.append(
             OutputMeta(
                 index=i,
@@ -370,7 +380,8 @@ def _program_meta(
                 tensor=_tensor_meta(real, node.meta.get("val") if node is not None else None)
                 if isinstance(real, torch.Tensor)
                 else None,
-                view_replay=_view_chain(node, placeholder_nodes) if base is not None and node is not None else [],
+                view_replay=chain,
+                view_offset=offset,
             )
         )
     return ProgramMeta(
@@ -378,6 +389,7 @@ def _program_meta(
         outputs=outputs,
         num_intermediate_bases=fw_metadata.num_intermediate_bases,
         duplicate_user_inputs={str(k): v for k, v in duplicates.items()},
+        grad_enabled_mutation=fw_metadata.grad_enabled_mutation,
     )
 
 
@@ -501,7 +513,6 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         **{_strip(k): v.detach() for k, v in gm.named_parameters()},
         **{_strip(k): v.detach() for k, v in gm.named_buffers()},
     }
-    param_names = [_strip(k) for k, _ in gm.named_parameters()]
     graphs: dict[str, CapturedGraph] = {}
     grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
 
@@ -588,8 +599,21 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         state=state,
         training=training,
         partitioner=options.partitioner if options.mode == "autograd" else None,
-        param_names=param_names,
+        state_aliases=_state_aliases(model),
+        non_persistent_buffers=[_strip(s.target) for s in ep.graph_signature.input_specs if s.kind.name == "BUFFER" and not s.persistent],
     )
+
+
+def _state_aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Second names of tied parameters/buffers -> the name the bundle stores them under."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if id(t) in first:
+            aliases[name] = first[id(t)]
+        else:
+            first[id(t)] = name
+    return aliases
 
 
 def _slot_args(desc: Any, user_names: list[str]) -> tuple[str, str, str | None, int | None]:

@@ -131,13 +131,19 @@ class UserInput:
 
 @dataclass(frozen=True)
 class Signature:
-    """signature.json: the pytree specs of forward's inputs/outputs and every graph."""
+    """signature.json: the pytree specs of forward's inputs/outputs and every graph.
+
+    `state_aliases` maps a second name of a tied parameter/buffer to the name it is
+    stored under; `non_persistent_buffers` are buffers left out of `state_dict()`.
+    """
 
     in_spec: str
     out_spec: str
     user_inputs: list[UserInput]
     num_user_outputs: int
     graphs: dict[str, GraphSignature]
+    state_aliases: dict[str, str] = field(default_factory=dict)
+    non_persistent_buffers: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -191,7 +197,9 @@ class OutputMeta:
 
     `base_idx` indexes program inputs for alias_of_input/is_input, intermediate bases for
     alias_of_intermediate*, user outputs for alias_of_intermediate_base_is_user_output;
-    `base` names it for people. `view_replay` lists the view ops from base to output.
+    `base` names it for people. `view_replay` lists the view ops from base to output;
+    `view_offset` is the output's storage offset relative to its base (None if symbolic),
+    which the runtime uses to rebuild the alias with `base.as_strided`.
     """
 
     index: int
@@ -201,6 +209,7 @@ class OutputMeta:
     requires_grad: bool
     tensor: TensorMeta | None
     view_replay: list[str] = field(default_factory=list)
+    view_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,7 @@ class ProgramMeta:
     outputs: list[OutputMeta]
     num_intermediate_bases: int
     duplicate_user_inputs: dict[str, int] = field(default_factory=dict)
+    grad_enabled_mutation: bool | None = None
 
 
 @dataclass(frozen=True)
