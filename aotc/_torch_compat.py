@@ -43,7 +43,9 @@ try:
         default_partition,
         min_cut_rematerialization_partition,
     )
+    from torch._ops import OpOverload
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    import torch.utils._pytree as pytree
 except ImportError as e:  # pragma: no cover - depends on the installed torch
     raise UnsupportedTorchError(
         f"aotc needs torch {SUPPORTED_TORCH}.x, but torch {torch.__version__} lacks "
@@ -66,6 +68,7 @@ __all__ = [
     "InputMutationAOTOutput",
     "IntermediateBaseAOTOutput",
     "MutationType",
+    "OpOverload",
     "OutputType",
     "PARTITIONERS",
     "ParamAOTInput",
@@ -76,6 +79,7 @@ __all__ = [
     "ViewAndMutationMeta",
     "aot_compile_joint_with_descriptors",
     "aot_export_joint_with_descriptors",
+    "pytree",
     "reference_metadata",
     "run_functionalized_fw_and_collect_metadata",
 ]

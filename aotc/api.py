@@ -128,6 +128,6 @@ def export(
 
 
 def _dumps(spec) -> str:
-    from torch.utils._pytree import treespec_dumps
+    from aotc._torch_compat import pytree
 
-    return treespec_dumps(spec)
+    return pytree.treespec_dumps(spec)

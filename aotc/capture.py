@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export import Dim, ExportedProgram
 
 from aotc import _torch_compat as tc
+from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
 from aotc.model_file import forward_arg_names
 from aotc.schema import (
@@ -311,7 +311,7 @@ def _view_chain(node: Any, stop: set[Any]) -> tuple[list[str], int | None]:
     out = node
     while isinstance(node, torch.fx.Node) and node not in stop:
         target = node.target
-        if not (isinstance(target, torch._ops.OpOverload) and target.is_view):
+        if not (isinstance(target, tc.OpOverload) and target.is_view):
             break
         rest = ", ".join(str(a) for a in node.args[1:])
         chain.append(f"{target}({rest})" if rest else str(target))

@@ -31,3 +31,11 @@ class BundleError(AotcError):
 
 class UnsupportedTorchError(AotcError):
     """The installed torch lacks an API aotc relies on."""
+
+
+class InputError(AotcError):
+    """A call to a loaded bundle got inputs that do not match its signature."""
+
+
+class ModeError(AotcError):
+    """A loaded bundle was asked for something its graphs cannot do (e.g. eval on a training bundle)."""

@@ -44,3 +44,17 @@ def write(capture: Capture, root: Path) -> list[FileEntry]:
         entries.append(file_entry(root, pt2, "graph", graph=kind))
         entries.append(file_entry(root, py, "graph_code", graph=kind))
     return entries
+
+
+def load_graph(bundle, kind: str, device):
+    """The graph as a callable over flat tensors, returning a tuple.
+
+    Calls the ExportedProgram's GraphModule directly: aotc's signature layer has already
+    checked the inputs, so torch.export's own per-call input checks are skipped.
+    """
+    program = bundle.load_program(kind)
+    if device.type != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    return program.graph_module

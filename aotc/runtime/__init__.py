@@ -1,0 +1,47 @@
+"""Runtime: `aotc.load` replays a bundle as an nn.Module, with no tracing at load."""
+
+from __future__ import annotations
+
+import torch
+
+from aotc.bundle import Bundle
+from aotc.errors import AotcError, ModeError
+from aotc.runtime.module import LoadedModule
+
+BACKENDS = ("auto", "fx")
+MODES = ("eval", "train")
+
+
+def load(path, backend: str = "auto", device=None, mode: str = "eval") -> LoadedModule:
+    """Load the bundle at `path` as an nn.Module that behaves like the eager model.
+
+    `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
+    forward+backward bundle (call it, then .backward()) or a joint one (`train_step`).
+    """
+    if mode not in MODES:
+        raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
+    bundle = Bundle.open(path)
+    kinds = bundle.graph_kinds
+    training = bundle.metadata.training
+    if mode == "eval" and not ("inference" in kinds and not training):
+        raise ModeError(
+            f"Bundle '{bundle.path}' has only training graphs ({', '.join(kinds)}, captured in train "
+            "mode); load it with mode='train', or export an inference graph for eval "
+            "(aotc export MODEL -o BUNDLE)."
+        )
+    if mode == "train" and not ({"forward", "joint"} & set(kinds) or training):
+        raise ModeError(
+            f"Bundle '{bundle.path}' has only an eval-mode inference graph; load it with "
+            "mode='eval', or export with --autograd or --joint for training."
+        )
+    device = torch.device(device or "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AotcError("device 'cuda' was asked for, but no CUDA device was found.")
+    from aotc.exporters import EXPORTERS
+
+    if backend == "auto":
+        backend = "fx"
+    if backend not in EXPORTERS or not hasattr(EXPORTERS[backend], "load_graph"):
+        raise AotcError(f"backend must be one of {BACKENDS}, not {backend!r}.")
+    graphs = {kind: EXPORTERS[backend].load_graph(bundle, kind, device) for kind in kinds}
+    return LoadedModule(bundle, graphs, device, mode, backend)

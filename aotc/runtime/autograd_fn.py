@@ -1,0 +1,92 @@
+"""Wrapper layer 4: a forward + backward bundle as a torch.autograd.Function.
+
+The forward graph returns (mutated inputs, user outputs, intermediate bases, saved
+activations); the Function saves the activations and returns the outputs that take a
+gradient. Its backward feeds the saved values and incoming gradients to the backward
+graph and routes each gradient to the parameter or input it belongs to. Outputs without
+a gradient are handed to the epilogue detached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from aotc.schema import GraphSignature
+
+Graph = Callable[..., tuple]
+
+
+@dataclass
+class TrainingGraphs:
+    """Both graphs, and how their inputs and outputs line up."""
+
+    forward: Graph
+    backward: Graph
+    num_visible: int  # forward outputs before the saved activations
+    tangent_outputs: list[int]  # forward output positions that take a gradient, in backward order
+    backward_inputs: list[tuple[str, int]]  # ("saved", i) or ("tangent", k) per backward input
+    grad_targets: list[int]  # per backward output: the forward input it is the gradient of
+
+    @classmethod
+    def build(cls, forward: Graph, backward: Graph, fw: GraphSignature, bw: GraphSignature) -> "TrainingGraphs":
+        fw_out = [s.name for s in fw.outputs]
+        num_visible = sum(1 for s in fw.outputs if s.role != "saved")
+        tangent_outputs = []
+        backward_inputs = []
+        for slot in bw.inputs:
+            if slot.role == "saved":
+                backward_inputs.append(("saved", slot.index))
+            else:
+                backward_inputs.append(("tangent", len(tangent_outputs)))
+                tangent_outputs.append(fw_out.index(slot.target))
+        primal_names = [s.name for s in fw.inputs]
+        grad_targets = [primal_names.index(s.name.removeprefix("grad:")) for s in bw.outputs]
+        return cls(forward, backward, num_visible, tangent_outputs, backward_inputs, grad_targets)
+
+
+class GraphFunction(torch.autograd.Function):
+    """apply(graphs, stash, *primals) -> the forward outputs that take a gradient.
+
+    `stash` (a list) receives every visible forward output, detached, for the epilogue.
+    """
+
+    @staticmethod
+    def forward(ctx, graphs: TrainingGraphs, stash: list, *primals):
+        outs = graphs.forward(*primals)
+        visible, saved = outs[: graphs.num_visible], outs[graphs.num_visible :]
+        tensors = [i for i, v in enumerate(saved) if isinstance(v, torch.Tensor)]
+        ctx.save_for_backward(*[saved[i] for i in tensors])
+        ctx.saved_layout = (len(saved), tensors, {i: v for i, v in enumerate(saved) if i not in set(tensors)})
+        ctx.graphs = graphs
+        ctx.tangent_meta = [(visible[p].shape, visible[p].dtype, visible[p].device) for p in graphs.tangent_outputs]
+        ctx.num_primals = len(primals)
+        stash.extend(v.detach() if isinstance(v, torch.Tensor) else v for v in visible)
+        return tuple(visible[p] for p in graphs.tangent_outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        graphs: TrainingGraphs = ctx.graphs
+        count, tensor_positions, others = ctx.saved_layout
+        saved = [None] * count
+        for i, t in zip(tensor_positions, ctx.saved_tensors):
+            saved[i] = t
+        for i, v in others.items():
+            saved[i] = v
+        args = []
+        for kind, i in graphs.backward_inputs:
+            if kind == "saved":
+                args.append(saved[i])
+            else:
+                g = grads[i]
+                if g is None:
+                    shape, dtype, device = ctx.tangent_meta[i]
+                    g = torch.zeros(shape, dtype=dtype, device=device)
+                args.append(g.contiguous())
+        outs = graphs.backward(*args)
+        result: list = [None] * ctx.num_primals
+        for target, g in zip(graphs.grad_targets, outs):
+            result[target] = g
+        return (None, None, *result)

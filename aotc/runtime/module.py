@@ -1,0 +1,194 @@
+"""The module `aotc.load` returns: weights as real Parameters/buffers, and per call the
+wrapper stack of DESIGN.md (signature -> dedupe -> alias guard -> autograd -> epilogue ->
+backend), each layer built once at load and skipped when the metadata says it has nothing
+to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from aotc._torch_compat import pytree
+from aotc.bundle import Bundle
+from aotc.errors import InputError, ModeError
+from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
+from aotc.runtime.epilogue import Epilogue
+from aotc.runtime.inputs import build_checks, build_guard
+from aotc.runtime.state import populate, slot_getter
+from aotc.schema import GraphSignature, ProgramMeta
+
+Graph = Callable[..., tuple]
+
+
+class Program:
+    """One captured program (inference, forward+backward, or joint) ready to call."""
+
+    def __init__(self, root: nn.Module, kind: str, signature: GraphSignature, meta: ProgramMeta,
+                 bundle: Bundle, training: bool, guard_names):
+        self.kind = kind
+        self.signature = signature
+        # Where each graph input comes from: ("state", table, name) or ("user", index).
+        self.sources = []
+        for slot in signature.inputs:
+            if slot.role in ("parameter", "buffer"):
+                self.sources.append(("state", *slot_getter(root, slot.target)))
+            else:
+                self.sources.append(("user", slot.index, None))
+        self.epilogue = Epilogue(meta, signature, training)
+        self.guard = build_guard(meta, guard_names)
+        self.requires_grad = [i.requires_grad for i in meta.inputs]
+
+    def primals(self, flat: list) -> list:
+        return [table[name] if src == "state" else flat[table] for src, table, name in self.sources]
+
+
+class LoadedModule(nn.Module):
+    """A bundle as an nn.Module. Call it like the original model; `train_step` for joint bundles."""
+
+    def __init__(self, bundle: Bundle, graphs: dict[str, Graph], device: torch.device, mode: str, backend: str):
+        super().__init__()
+        self.bundle_path = str(bundle.path)
+        self.backend = backend
+        self.device = device
+        sig, meta = bundle.signature, bundle.metadata
+        state_roles = {}
+        requires_grad = {}
+        for program in meta.programs.values():
+            for inp in program.inputs:
+                if inp.kind in ("parameter", "buffer"):
+                    state_roles[inp.name] = inp.kind
+                    requires_grad[inp.name] = inp.requires_grad
+        stored = bundle.weights()
+        weights = {name: stored[name].to(device) for name in state_roles}
+        populate(
+            self,
+            weights,
+            parameters={k for k, r in state_roles.items() if r == "parameter"},
+            requires_grad=requires_grad,
+            aliases=sig.state_aliases,
+            non_persistent=set(sig.non_persistent_buffers),
+        )
+        self._in_spec = pytree.treespec_loads(sig.in_spec)
+        self._out_spec = pytree.treespec_loads(sig.out_spec)
+        self._out_is_leaf = self._out_spec.is_leaf()
+        self._checks = build_checks(meta, sig.user_inputs)
+        self._captured_training = meta.training
+        self._graph_kinds = list(sig.graphs)
+        self._graphs = graphs
+        self._programs: dict[str, Program] = {}
+        for kind, program_meta in meta.programs.items():
+            graph_sig = sig.graphs[kind]
+            self._programs[kind] = Program(self, kind, graph_sig, program_meta, bundle, meta.training, sig.user_inputs)
+        if "forward" in self._programs:
+            self._training_graphs = TrainingGraphs.build(
+                graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"]
+            )
+        self.train(mode == "train")
+
+    # ----------------------------------------------------------------- the call path
+
+    def _flatten(self, args: tuple, kwargs: dict) -> list:
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            names = [c.name for c in self._checks]
+            raise InputError(
+                f"expected {len(names)} input(s) ({', '.join(names)}) in the exported structure; "
+                f"got {len(flat)} in a different structure: {len(args)} positional, kwargs {sorted(kwargs)}."
+            )
+        sizes: dict = {}
+        for check, value in zip(self._checks, flat):
+            check.check(value, self.device, sizes)
+        return flat
+
+    def _unflatten(self, outputs: list):
+        if self._out_is_leaf:
+            return outputs[0]
+        return pytree.tree_unflatten(outputs, self._out_spec)
+
+    def forward(self, *args, **kwargs):
+        program = self._program_for_call()
+        flat = self._flatten(args, kwargs)
+        if program.guard.active:
+            program.guard.check(flat)
+        primals = program.primals(flat)
+        if program.kind == "forward" and torch.is_grad_enabled() and any(
+            p.requires_grad for p, rg in zip(primals, program.requires_grad) if rg
+        ):
+            outs = self._run_autograd(program, primals)
+        else:
+            with torch.no_grad():
+                outs = self._graphs[program.kind](*primals)
+            if program.kind == "forward":
+                outs = outs[: self._training_graphs.num_visible]
+        if program.epilogue.trivial:
+            return self._unflatten([outs[p.output] for p in program.epilogue.outputs])
+        return self._unflatten(program.epilogue.apply(primals, list(outs)))
+
+    def _run_autograd(self, program: Program, primals: list) -> list:
+        graphs = self._training_graphs
+        # Inputs that can never get a gradient go in detached, so autograd ignores them.
+        primals = [p if rg else p.detach() for p, rg in zip(primals, program.requires_grad)]
+        stash: list = []
+        with_grad = GraphFunction.apply(graphs, stash, *primals)
+        outs = stash
+        for position, value in zip(graphs.tangent_outputs, with_grad):
+            outs[position] = value
+        return outs
+
+    def train_step(self, *args, **kwargs) -> torch.Tensor:
+        """Run the joint graph once: accumulate .grad of every parameter (and of user inputs
+        that require grad), update buffers, and return the loss."""
+        if "joint" not in self._programs:
+            raise ModeError(
+                f"train_step needs a joint bundle; this one has {', '.join(self._graph_kinds)}. "
+                "Export with --joint, or call the module and .backward() for a forward+backward bundle."
+            )
+        program = self._programs["joint"]
+        flat = self._flatten(args, kwargs)
+        if program.guard.active:
+            program.guard.check(flat)
+        primals = program.primals(flat)
+        with torch.no_grad():
+            outs = list(self._graphs["joint"](*primals))
+        program.epilogue.apply(primals, outs)
+        names = [s.name for s in program.signature.inputs]
+        loss = None
+        with torch.no_grad():
+            for slot, value in zip(program.signature.outputs, outs):
+                if slot.role == "loss":
+                    loss = value
+                elif slot.role == "gradient":
+                    target = primals[names.index(slot.name.removeprefix("grad:"))]
+                    if target.requires_grad or slot.index is None:
+                        target.grad = value.clone() if target.grad is None else target.grad + value
+        return loss
+
+    def _program_for_call(self) -> Program:
+        if self.training:
+            if "forward" in self._programs:
+                return self._programs["forward"]
+            if "inference" in self._programs and self._captured_training:
+                return self._programs["inference"]
+            if "joint" in self._programs:
+                raise ModeError(
+                    "This is a joint bundle: it runs whole training steps. Call "
+                    "module.train_step(*inputs), which returns the loss and fills .grad."
+                )
+            raise ModeError(
+                "This bundle holds an inference graph captured in eval mode; it cannot run in "
+                "train mode (BatchNorm statistics, dropout). Call .eval(), or export with "
+                "--autograd (or --joint) for training."
+            )
+        if "inference" in self._programs and not self._captured_training:
+            return self._programs["inference"]
+        raise ModeError(
+            f"This bundle was captured in train mode ({', '.join(self._graph_kinds)}); it has no "
+            "eval-mode graph. Call .train(), or export an inference graph (aotc export MODEL) "
+            "for eval."
+        )
+
+    def extra_repr(self) -> str:
+        return f"bundle={self.bundle_path!r}, backend={self.backend!r}, graphs={self._graph_kinds}"
