@@ -21,6 +21,7 @@ puts them back, exactly as AOTAutograd's own runtime wrappers do.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,37 +246,50 @@ def _export_dynamic_shapes(vals: list[Any]) -> tuple | None:
 # --------------------------------------------------------------------- descriptors
 
 
-def _input_name(desc: Any, user_names: list[str]) -> tuple[str, str, str | None, int | None]:
+@dataclass(frozen=True)
+class Names:
+    """How graph slots are named: user inputs by forward's argument names, parameters and
+    buffers by the FQN the bundle stores them under (the first name of a tied weight)."""
+
+    user: list[str]
+    aliases: dict[str, str]
+
+    def state(self, target: str) -> str:
+        fqn = _strip(target)
+        return self.aliases.get(fqn, fqn)
+
+
+def _input_name(desc: Any, names: Names) -> tuple[str, str, str | None, int | None]:
     """(slot name, role, target, index) for an AOTAutograd input descriptor."""
     if isinstance(desc, tc.ParamAOTInput):
-        fqn = _strip(desc.target)
+        fqn = names.state(desc.target)
         return fqn, "parameter", fqn, None
     if isinstance(desc, tc.BufferAOTInput):
-        fqn = _strip(desc.target)
+        fqn = names.state(desc.target)
         return fqn, "buffer", fqn, None
     if isinstance(desc, tc.PlainAOTInput):
-        return user_names[desc.idx], "user_input", user_names[desc.idx], desc.idx
+        return names.user[desc.idx], "user_input", names.user[desc.idx], desc.idx
     if isinstance(desc, tc.TangentAOTInput):
-        of = _output_slot(desc.output, user_names, loss=False)
+        of = _output_slot(desc.output, names, loss=False)
         return f"tangent:{of.name}", "tangent", of.name, of.index
     raise CaptureError(f"unexpected graph input {desc!r}; this model uses a feature aotc v1 does not support")
 
 
-def _output_slot(desc: Any, user_names: list[str], loss: bool) -> Slot:
+def _output_slot(desc: Any, names: Names, loss: bool) -> Slot:
     if isinstance(desc, tc.InputMutationAOTOutput):
-        name, _, target, index = _input_name(desc.mutated_input, user_names)
+        name, _, target, index = _input_name(desc.mutated_input, names)
         return Slot(f"mutated:{name}", "input_mutation", target, index)
     if isinstance(desc, tc.PlainAOTOutput):
         if loss:
             return Slot("loss", "loss", None, desc.idx)
         return Slot(f"output[{desc.idx}]", "user_output", None, desc.idx)
     if isinstance(desc, tc.IntermediateBaseAOTOutput):
-        of = _output_slot(desc.base_of, user_names, loss)
+        of = _output_slot(desc.base_of, names, loss)
         return Slot(f"base_of:{of.name}", "intermediate_base", of.name, of.index)
     if isinstance(desc, tc.SavedForBackwardsAOTOutput):
         return Slot(f"saved[{desc.idx}]", "saved", None, desc.idx)
     if isinstance(desc, tc.GradAOTOutput):
-        name, _, target, index = _input_name(desc.grad_of, user_names)
+        name, _, target, index = _input_name(desc.grad_of, names)
         return Slot(f"grad:{name}", "gradient", target, index)
     raise CaptureError(f"unexpected graph output {desc!r}; this model uses a feature aotc v1 does not support")
 
@@ -415,21 +429,16 @@ def _flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[
     return names, paths
 
 
-def _export_program(model, args, kwargs, loss, dynamic_shapes) -> ExportedProgram:
-    program = Program(model, loss)
-    try:
-        return torch.export.export(
-            program, args, kwargs, dynamic_shapes=_positional_dynamic_shapes(model, args, kwargs, dynamic_shapes), strict=False
-        )
-    except CaptureError:
-        raise
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CaptureError(
-            f"torch.export could not trace {type(model).__name__}"
-            f"{' with its loss' if loss else ''}: {type(e).__name__}: {first} "
-            "Pass --debug for torch's full message."
-        ) from e
+def _export_program(program: Program, args, kwargs, dynamic_shapes) -> ExportedProgram:
+    model = program.model
+    return torch.export.export(
+        program, args, kwargs, dynamic_shapes=_positional_dynamic_shapes(model, args, kwargs, dynamic_shapes), strict=False
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str) -> ExportedProgram:
@@ -487,72 +496,141 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         clones[i] = clones[duplicates[i]] if i in duplicates else t.detach().clone().requires_grad_(t.requires_grad)
     c_args, c_kwargs = pytree.tree_unflatten([clones[i] for i in range(len(flat_user))], in_spec)
 
-    use_loss = loss if options.mode == "joint" else None
-    ep = _export_program(model, c_args, c_kwargs, use_loss, options.dynamic_shapes)
-    if use_loss is not None:
-        loss_val = ep.graph.find_nodes(op="output")[0].args[0][0].meta.get("val")
-        if not isinstance(loss_val, torch.Tensor) or loss_val.dim() != 0:
-            found = f"a tensor of shape {tuple(loss_val.shape)}" if isinstance(loss_val, torch.Tensor) else type(loss_val).__name__
+    names = Names(user_names, _state_aliases(model))
+    program = Program(model, loss if options.mode == "joint" else None)
+    try:
+        ep = _export_program(program, c_args, c_kwargs, options.dynamic_shapes)
+    except CaptureError:
+        raise
+    except Exception as e:
+        if options.dynamic_shapes is not None:
             raise CaptureError(
-                f"loss() returned {found}; a joint graph needs a scalar loss (shape ()). "
-                "Reduce it, e.g. with .mean() or .sum()."
-            )
-    gm = ep.module()
-
-    # Symbolic stand-ins for the user inputs, from torch.export; duplicates share one.
-    user_specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    fake_user = [ep.graph.find_nodes(op="placeholder", target=s.arg.name)[0].meta["val"] for s in user_specs]
-    for j, i in duplicates.items():
-        fake_user[j] = fake_user[i]
-    for f, t in zip(fake_user, flat_user):
-        if isinstance(f, torch.Tensor) and t.requires_grad and not f.requires_grad:
-            f.requires_grad_(True)
+                f"torch.export could not trace {type(model).__name__}: {type(e).__name__}: "
+                f"{_first_line(e)} Pass --debug for torch's full message."
+            ) from e
+        # Some programs torch.export cannot trace (e.g. a metadata mutation that changes an
+        # input's rank) AOTAutograd captures directly; without dynamic dims nothing is lost.
+        ep = None
+    if ep is not None:
+        gm = ep.module()
+        grad_mode_after = _grad_mode_leak(ep, program, c_args, c_kwargs)
+        # Symbolic stand-ins for the user inputs, from torch.export; duplicates share one.
+        user_specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        fake_user = [ep.graph.find_nodes(op="placeholder", target=s.arg.name)[0].meta["val"] for s in user_specs]
+        for j, i in duplicates.items():
+            fake_user[j] = fake_user[i]
+        for f, t in zip(fake_user, flat_user):
+            if isinstance(f, torch.Tensor) and t.requires_grad and not f.requires_grad:
+                f.requires_grad_(True)
+    else:
+        gm = program
+        grad_mode_after = None
+        fake_user = [clones[i] for i in range(len(flat_user))]
     f_args, f_kwargs = pytree.tree_unflatten(fake_user, in_spec)
 
     state = {
-        **{_strip(k): v.detach() for k, v in gm.named_parameters()},
-        **{_strip(k): v.detach() for k, v in gm.named_buffers()},
+        names.state(k): v.detach()
+        for k, v in [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
     }
-    graphs: dict[str, CapturedGraph] = {}
-    grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
+    jgm, fw_metadata, out_spec, partitioned = _aot_capture(model, gm, f_args, f_kwargs, options)
 
+    # Everything below runs on real tensors, outside AOTAutograd's fake mode.
+    primal_nodes = [p for p in _placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+    primal_slots = [Slot(*_input_name(p.meta["desc"], names)) for p in primal_nodes]
+    real_primals = [_real_input(slot, state, flat_user) for slot in primal_slots]
+    fake_primals = [p.meta["val"] for p in primal_nodes]
+    graphs: dict[str, CapturedGraph] = {}
+    if options.mode == "inference":
+        graphs["inference"] = _finish("inference", jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
+        user_out_values = _run_user_outputs(graphs["inference"])
+    elif options.mode == "joint":
+        tangent_nodes = [p for p in _placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+        tangents = [
+            (i, n.meta["val"].dtype, isinstance(n.meta["desc"].output, tc.PlainAOTOutput))
+            for i, n in enumerate(tangent_nodes)
+        ]
+        graphs["joint"] = _finish("joint", jgm, primal_slots, names, real_primals, fake_primals, tangents=tangents)
+        user_out_values = _run_user_outputs(graphs["joint"])
+    else:
+        fw, bw = partitioned
+        graphs["forward"] = _finish("forward", fw, primal_slots, names, real_primals, fake_primals, tangents=None)
+        fw_out_slots = graphs["forward"].signature.outputs
+        fw_values = list(graphs["forward"].program.module()(*graphs["forward"].example_inputs))
+        user_out_values = _user_outputs(graphs["forward"], fw_values)
+        graphs["backward"] = _capture_backward(bw, fw_out_slots, fw_values, names)
+
+    program_meta = _program_meta(jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates)
+    if program_meta.grad_enabled_mutation is None and grad_mode_after is not None:
+        program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
+
+    user_input_meta = [_tensor_meta(t, f) for t, f in zip(flat_user, fake_user)]
+    meta_key = "forward" if options.mode == "autograd" else options.mode
+    return Capture(
+        graphs=graphs,
+        programs={meta_key: program_meta},
+        user_inputs=[UserInput(name=n, path=p) for n, p in zip(user_names, user_paths)],
+        user_input_meta=user_input_meta,
+        in_spec=in_spec,
+        out_spec=out_spec,
+        num_user_outputs=len(fw_metadata.output_info) if options.mode != "joint" else 1,
+        state=state,
+        training=training,
+        partitioner=options.partitioner if options.mode == "autograd" else None,
+        state_aliases=names.aliases,
+        non_persistent_buffers=[
+            f"{prefix}.{name}" if prefix else name
+            for prefix, module in model.named_modules()
+            for name in module._non_persistent_buffers_set
+        ],
+    )
+
+
+def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool | None:
+    """The grad mode forward leaves behind, if it changes it (None if not).
+
+    Eager lets `torch.set_grad_enabled(False)` in forward leak to the caller, and
+    AOTAutograd's runtime replays that; torch.export scopes it inside the graph. When the
+    graph shows a grad-mode region, one forward on fake tensors tells what eager leaves.
+    """
+    if not any("set_grad_enabled" in str(n.target) for n in ep.graph.nodes if n.op == "call_function"):
+        return None
+    mode = tc.FakeTensorMode(allow_non_fake_inputs=True)
+    fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+    before = torch.is_grad_enabled()
+    try:
+        with mode:
+            program(*fake_args, **fake_kwargs)
+        after = torch.is_grad_enabled()
+    except Exception:  # data-dependent code cannot run on fakes; assume no leak
+        after = before
+    finally:
+        torch.set_grad_enabled(before)
+    return after if after != before else None
+
+
+def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
+    """AOTAutograd's graph, metadata and out spec; for "autograd", the partitioned
+    (forward, backward) graphs too. AOTAutograd's fake mode is active only in here."""
+    grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
     with contextlib.ExitStack() as stack, grad_ctx:
         try:
             jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise CaptureError(
-                f"AOTAutograd could not capture {type(model).__name__}: {type(e).__name__}: {first} "
-                "Pass --debug for torch's full message."
+                f"{type(model).__name__} could not be captured by torch.export nor by AOTAutograd: "
+                f"{type(e).__name__}: {_first_line(e)} Pass --debug for torch's full message."
             ) from e
-        fw_metadata = jd._aot_state.fw_metadata
         jgm = jd.graph_module
+        if options.mode == "joint":
+            _check_scalar_loss(jgm)
         is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in _placeholders(jgm))
         if options.mode != "inference" and not is_joint_graph:
             raise CaptureError(
                 f"Nothing in {type(model).__name__} requires a gradient, so there is no backward "
                 "to capture. Unfreeze parameters, or export an inference graph."
             )
-
-        primal_nodes = [p for p in _placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
-        primal_slots = [Slot(*_slot_args(p.meta["desc"], user_names)) for p in primal_nodes]
-        real_primals = [_real_input(slot, state, flat_user) for slot in primal_slots]
-        fake_primals = [p.meta["val"] for p in primal_nodes]
-
-        if options.mode == "inference":
-            graphs["inference"] = _finish(
-                "inference", jgm, primal_slots, user_names, real_primals, fake_primals, tangents=None
-            )
-            user_out_values = _run_user_outputs(graphs["inference"])
-        elif options.mode == "joint":
-            tangent_nodes = [p for p in _placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
-            tangents = [
-                (i, n.meta["val"].dtype, isinstance(n.meta["desc"].output, tc.PlainAOTOutput))
-                for i, n in enumerate(tangent_nodes)
-            ]
-            graphs["joint"] = _finish("joint", jgm, primal_slots, user_names, real_primals, fake_primals, tangents=tangents)
-            user_out_values = _run_user_outputs(graphs["joint"])
-        else:
+        partitioned = None
+        if options.mode == "autograd":
             recorded: dict[str, torch.fx.GraphModule] = {}
 
             def recorder(name):
@@ -572,36 +650,23 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
             except Exception as e:
                 raise CaptureError(
                     f"partitioning the joint graph of {type(model).__name__} failed: "
-                    f"{type(e).__name__}: {e}"
+                    f"{type(e).__name__}: {_first_line(e)}"
                 ) from e
-            fw, bw = recorded["forward"], recorded["backward"]
-            graphs["forward"] = _finish("forward", fw, primal_slots, user_names, real_primals, fake_primals, tangents=None)
-            fw_out_slots = graphs["forward"].signature.outputs
-            fw_values = list(graphs["forward"].program.module()(*graphs["forward"].example_inputs))
-            user_out_values = _user_outputs(graphs["forward"], fw_values)
-            graphs["backward"] = _capture_backward(bw, fw_out_slots, fw_values, user_names)
+            partitioned = (recorded["forward"], recorded["backward"])
+        return jgm, jd._aot_state.fw_metadata, jd.out_spec, partitioned
 
-        program_meta = _program_meta(
-            jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates
+
+def _check_scalar_loss(joint: torch.fx.GraphModule) -> None:
+    descs = _flat_output_descs(joint)
+    nodes = _flat_output_nodes(joint)
+    loss = next(n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput))
+    val = loss.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() != 0:
+        found = f"a tensor of shape {tuple(val.shape)}" if isinstance(val, torch.Tensor) else type(val).__name__
+        raise CaptureError(
+            f"loss() returned {found}; a joint graph needs a scalar loss (shape ()). "
+            "Reduce it, e.g. with .mean() or .sum()."
         )
-        out_spec = jd.out_spec
-
-    user_input_meta = [_tensor_meta(t, f) for t, f in zip(flat_user, fake_user)]
-    meta_key = "forward" if options.mode == "autograd" else options.mode
-    return Capture(
-        graphs=graphs,
-        programs={meta_key: program_meta},
-        user_inputs=[UserInput(name=n, path=p) for n, p in zip(user_names, user_paths)],
-        user_input_meta=user_input_meta,
-        in_spec=in_spec,
-        out_spec=out_spec,
-        num_user_outputs=len(fw_metadata.output_info) if options.mode != "joint" else 1,
-        state=state,
-        training=training,
-        partitioner=options.partitioner if options.mode == "autograd" else None,
-        state_aliases=_state_aliases(model),
-        non_persistent_buffers=[_strip(s.target) for s in ep.graph_signature.input_specs if s.kind.name == "BUFFER" and not s.persistent],
-    )
 
 
 def _state_aliases(model: torch.nn.Module) -> dict[str, str]:
@@ -616,10 +681,6 @@ def _state_aliases(model: torch.nn.Module) -> dict[str, str]:
     return aliases
 
 
-def _slot_args(desc: Any, user_names: list[str]) -> tuple[str, str, str | None, int | None]:
-    return _input_name(desc, user_names)
-
-
 def _real_input(slot: Slot, state: dict[str, torch.Tensor], flat_user: list[torch.Tensor]) -> torch.Tensor:
     if slot.role in ("parameter", "buffer"):
         return state[slot.target].clone()
@@ -627,16 +688,16 @@ def _real_input(slot: Slot, state: dict[str, torch.Tensor], flat_user: list[torc
     return t.detach().clone()
 
 
-def _kept_outputs(gm, user_names: list[str], loss: bool) -> tuple[list[int], list[Slot]]:
+def _kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
     """Positions of the graph's non-None outputs, and their slots."""
     descs = _flat_output_descs(gm)
     keep = [i for i, n in enumerate(_flat_output_nodes(gm)) if n is not None]
-    return keep, [_output_slot(descs[i], user_names, loss) for i in keep]
+    return keep, [_output_slot(descs[i], names, loss) for i in keep]
 
 
-def _finish(kind, gm, in_slots, user_names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
+def _finish(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
     """Re-export `gm` as a flat program that drops its None outputs."""
-    keep, out_slots = _kept_outputs(gm, user_names, loss=kind == "joint")
+    keep, out_slots = _kept_outputs(gm, names, loss=kind == "joint")
     program = _reexport(FlatCall(gm, keep, tangents), real_inputs, fake_inputs, kind)
     backward = _backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
@@ -672,7 +733,7 @@ def _user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
     return [by_index.get(i) for i in range(len(by_index))]
 
 
-def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], user_names: list[str]) -> CapturedGraph:
+def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], names: Names) -> CapturedGraph:
     saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
     # AOTAutograd's backward takes the saved sizes (symints) first, then saved tensors.
     saved_order = [i for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
@@ -682,7 +743,7 @@ def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], user_n
     for position, p in enumerate(placeholders):
         desc = p.meta.get("desc")
         if isinstance(desc, tc.TangentAOTInput):
-            name, role, target, index = _input_name(desc, user_names)
+            name, role, target, index = _input_name(desc, names)
             of = next(v for s, v in zip(fw_out_slots, fw_values) if s.name == target)
             slots.append(Slot(name, role, target, index))
             reals.append(torch.ones_like(of))
@@ -692,7 +753,7 @@ def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], user_n
             i = saved_order[position]
             slots.append(Slot(f"saved[{i}]", "saved", None, i))
             reals.append(saved[i].detach() if isinstance(saved[i], torch.Tensor) else saved[i])
-    keep, out_slots = _kept_outputs(bw, user_names, loss=False)
+    keep, out_slots = _kept_outputs(bw, names, loss=False)
     program = _reexport(FlatCall(bw, keep), reals, [p.meta.get("val") for p in placeholders], "backward")
     return CapturedGraph(
         kind="backward",

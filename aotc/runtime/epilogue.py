@@ -70,19 +70,18 @@ class Epilogue:
                     target.as_strided_(value.size(), value.stride(), value.storage_offset())
                 if m.data:
                     target.copy_(value)
-        results: list = []
-        for plan in self.outputs:
+        # Plain outputs first: an alias may be a view of a later user output.
+        results: list = [outs[p.output] if p.kind in _PLAIN else None for p in self.outputs]
+        for i, plan in enumerate(self.outputs):
             raw = outs[plan.output]
-            if plan.kind in _PLAIN:
-                results.append(raw)
-            elif plan.kind == "is_input":
-                results.append(primals[plan.base_idx])
+            if plan.kind == "is_input":
+                results[i] = primals[plan.base_idx]
             elif plan.kind == "alias_of_input":
-                results.append(_view_of(primals[plan.base_idx], raw, plan.view_offset))
+                results[i] = _view_of(primals[plan.base_idx], raw, plan.view_offset)
             elif plan.kind == "alias_of_intermediate_base_is_user_output":
-                results.append(_view_of(results[plan.base_idx], raw, plan.view_offset))
-            else:  # alias_of_intermediate, alias_of_intermediate_save_as_output
-                results.append(_view_of(outs[self.bases[plan.base_idx]], raw, plan.view_offset))
+                results[i] = _view_of(results[plan.base_idx], raw, plan.view_offset)
+            elif plan.kind not in _PLAIN:  # alias_of_intermediate, ..._save_as_output
+                results[i] = _view_of(outs[self.bases[plan.base_idx]], raw, plan.view_offset)
         if self.grad_enabled_mutation is not None:
             torch.set_grad_enabled(self.grad_enabled_mutation)
         return results

@@ -1,0 +1,206 @@
+"""A corpus of small programs covering the mutation and aliasing cases AOTAutograd handles.
+
+Each case builds a fresh module and fresh inputs on every call (same values each time),
+so eager and the loaded bundle can each run on their own copy. `train=True` cases are
+also exported as forward+backward bundles and compared on gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+class Body(nn.Module):
+    """A module with one Linear (so there is something to differentiate) and a body fn."""
+
+    def __init__(self, fn, buffers: dict | None = None):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        for name, value in (buffers or {}).items():
+            self.register_buffer(name, value)
+        self.fn = fn
+
+    def forward(self, x, y):
+        return self.fn(self, x, y)
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Callable | None = None  # fn(m, x, y) for a Body
+    module: Callable[[], nn.Module] | None = None
+    inputs: Callable[[], tuple] | None = None
+    train: bool = False
+    buffers: dict = field(default_factory=dict)
+    input_grad: bool = False  # x requires grad (training cases)
+
+    def build(self) -> nn.Module:
+        torch.manual_seed(0)
+        if self.module is not None:
+            return self.module()
+        return Body(self.fn, {k: v.clone() for k, v in self.buffers.items()})
+
+    def make_inputs(self) -> tuple[tuple, dict]:
+        """(args, kwargs), fresh tensors with the same values on every call."""
+        g = torch.Generator().manual_seed(1)
+        if self.inputs is not None:
+            made = self.inputs(g)
+            return (made["args"], made["kwargs"]) if isinstance(made, dict) else (made, {})
+        x = torch.randn(3, 4, generator=g)
+        y = torch.randn(3, 4, generator=g)
+        if self.input_grad:
+            x.requires_grad_(True)
+        return (x, y), {}
+
+
+def _square(g):
+    return torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
+
+
+def _same_twice(g):
+    x = torch.randn(3, 4, generator=g)
+    return x, x
+
+
+def _non_contiguous(g):
+    return torch.randn(4, 3, generator=g).t(), torch.randn(3, 4, generator=g)
+
+
+def _offset_view(g):
+    base = torch.randn(5, 4, generator=g)
+    return base[2:], torch.randn(3, 4, generator=g)
+
+
+class KwargsModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, *, scale):
+        scale.add_(1)
+        return self.lin(x) * scale
+
+
+class NestedModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, batch):
+        a, (b, c) = batch["a"], batch["pair"]
+        c.mul_(2)
+        return {"sum": self.lin(a) + b, "view": c.view(-1), "both": (a * 2, b.t())}
+
+
+class GradModeModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        out = self.lin(x) + y
+        torch.set_grad_enabled(False)  # leaks out of forward in eager; the runtime replays it
+        return out
+
+
+class TiedModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Linear(4, 4, bias=False)
+        self.head = nn.Linear(4, 4, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x, y):
+        return self.head(torch.tanh(self.emb(x))) + y
+
+
+class BatchNormModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x, y):
+        return self.bn(self.lin(x)) * y
+
+
+class DropoutModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x, y):
+        return self.drop(self.lin(x)) + y
+
+
+def _kwargs_inputs(g):
+    return {"args": (torch.randn(3, 4, generator=g),), "kwargs": {"scale": torch.randn(3, 4, generator=g)}}
+
+
+def _nested_inputs(g):
+    a, b, c = (torch.randn(3, 4, generator=g) for _ in range(3))
+    return ({"a": a, "pair": (b, c)},)
+
+
+def _lin(m, x):
+    return m.lin(x)
+
+
+def _no_grad_add(m, x, y):
+    with torch.no_grad():
+        y.add_(1)
+    return _lin(m, x) * y
+
+
+CASES = [
+    Case("plain", lambda m, x, y: _lin(m, x) + y, train=True),
+    Case("data_mutation", lambda m, x, y: (y.mul_(2), _lin(m, x) + y)[1], train=True),
+    Case("mutate_and_return_input", lambda m, x, y: (y.add_(1), y)[1]),
+    Case("return_input_unchanged", lambda m, x, y: (_lin(m, x), y), train=True),
+    Case("view_of_input", lambda m, x, y: (_lin(m, x), y.view(-1)), train=True),
+    Case("view_of_mutated_input", lambda m, x, y: (y.mul_(2), y.view(-1))[1]),
+    Case("transpose_of_input", lambda m, x, y: y.t()),
+    Case("slice_of_input", lambda m, x, y: (_lin(m, x), y[1:]), train=True),
+    Case("metadata_mutation_t", lambda m, x, y: (y.t_(), _lin(m, x) + y)[1], inputs=_square, train=True),
+    Case("metadata_mutation_unsqueeze", lambda m, x, y: (y.unsqueeze_(0), y)[1]),
+    Case("metadata_mutation_transpose", lambda m, x, y: (y.transpose_(0, 1), y * 2)[1]),
+    Case("mutation_under_no_grad", _no_grad_add, train=True),
+    Case("two_mutated_inputs", lambda m, x, y: (x.add_(1), y.mul_(2), x + y)[2]),
+    Case("mutation_through_view", lambda m, x, y: (y[0].fill_(0), y.sum())[1]),
+    Case("mutate_slice_return_other_slice", lambda m, x, y: (y[:, 0].mul_(3), y[:, 1])[1]),
+    Case("view_of_intermediate", lambda m, x, y: (_lin(m, x) * 2).view(-1), train=True),
+    Case("intermediate_and_its_view", lambda m, x, y: ((h := _lin(m, x) + y), h.t()), train=True),
+    Case("two_views_of_one_intermediate", lambda m, x, y: ((h := _lin(m, x) + 1)[0], h[1]), train=True),
+    Case("view_chain_of_intermediate", lambda m, x, y: ((h := _lin(m, x) * y).view(2, -1).t(), h), train=True),
+    Case("same_output_twice", lambda m, x, y: ((h := _lin(m, x) * 2), h), train=True),
+    Case(
+        "buffer_mutation",
+        lambda m, x, y: (m.count.add_(x.sum(0)), _lin(m, x) + m.count)[1],
+        buffers={"count": torch.zeros(4)},
+        train=True,
+    ),
+    Case("buffer_returned", lambda m, x, y: (m.count.mul_(2), m.count)[1], buffers={"count": torch.ones(4)}),
+    Case("parameter_returned", lambda m, x, y: (_lin(m, x), m.lin.weight), train=True),
+    Case("parameter_view_returned", lambda m, x, y: (_lin(m, x), m.lin.weight.t()), train=True),
+    Case("same_tensor_twice", lambda m, x, y: _lin(m, x) + y, inputs=_same_twice, train=True),
+    Case("same_tensor_twice_mutated", lambda m, x, y: (x.add_(1), _lin(m, x) + y)[1], inputs=_same_twice),
+    Case("non_contiguous_input", lambda m, x, y: (x.mul_(2), x + y)[1], inputs=_non_contiguous),
+    Case("non_contiguous_view_output", lambda m, x, y: (x.t(), x[0]), inputs=_non_contiguous),
+    Case("input_with_storage_offset", lambda m, x, y: (x.add_(1), x.view(-1))[1], inputs=_offset_view),
+    Case("kwargs_input_mutated", module=KwargsModel, inputs=_kwargs_inputs, train=True),
+    Case("nested_inputs_and_outputs", module=NestedModel, inputs=_nested_inputs, train=True),
+    Case("integer_and_bool_outputs", lambda m, x, y: (_lin(m, x).argmax(-1), x > y, _lin(m, x)), train=True),
+    Case("grad_mode_mutation", module=GradModeModel, train=True),
+    Case("tied_weights", module=TiedModel, train=True),
+    Case("batchnorm", module=BatchNormModel, train=True),
+    Case("dropout", module=DropoutModel, train=True),
+    Case("input_requires_grad", lambda m, x, y: _lin(m, x) * y, train=True, input_grad=True),
+    Case("input_view_output_with_grad", lambda m, x, y: (_lin(m, x), x.view(-1)), train=True, input_grad=True),
+]
+
+BY_NAME = {c.name: c for c in CASES}
