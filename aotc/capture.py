@@ -224,6 +224,12 @@ def _tensor_meta(real: torch.Tensor, fake: Any = None) -> TensorMeta:
     )
 
 
+def _value_range(t: torch.Tensor) -> list[int] | None:
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.numel() == 0:
+        return None
+    return [int(t.min()), int(t.max())]
+
+
 def _export_dynamic_shapes(vals: list[Any]) -> tuple | None:
     """torch.export dynamic_shapes for a flat graph, from its placeholders' fake values.
 
@@ -563,7 +569,9 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     if program_meta.grad_enabled_mutation is None and grad_mode_after is not None:
         program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
 
-    user_input_meta = [_tensor_meta(t, f) for t, f in zip(flat_user, fake_user)]
+    user_input_meta = [
+        dataclasses.replace(_tensor_meta(t, f), value_range=_value_range(t)) for t, f in zip(flat_user, fake_user)
+    ]
     meta_key = "forward" if options.mode == "autograd" else options.mode
     return Capture(
         graphs=graphs,

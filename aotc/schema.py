@@ -160,13 +160,18 @@ class DynamicDim:
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """Shape, stride, dtype and device of the example tensor; sizes are the example's."""
+    """Shape, stride, dtype and device of the example tensor; sizes are the example's.
+
+    `value_range` is [min, max] of an integer or bool example input (token ids, masks),
+    so `aotc run` can make valid random inputs without the model's source.
+    """
 
     shape: list[int]
     stride: list[int]
     dtype: str
     device: str
     dynamic_dims: dict[str, DynamicDim] = field(default_factory=dict)
+    value_range: list[int] | None = None
 
 
 @dataclass(frozen=True)

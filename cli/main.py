@@ -7,6 +7,7 @@ import click
 from aotc import __version__
 from aotc.cli.export import export_command
 from aotc.cli.inspect import inspect_command
+from aotc.cli.run import run_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,11 +18,13 @@ def cli():
     \b
     aotc export sample_models/mlp.py -o bundles/mlp      capture graphs into a bundle
     aotc inspect bundles/mlp                             show what a bundle holds
+    aotc run bundles/mlp                                 call it once on random inputs
     """
 
 
 cli.add_command(export_command)
 cli.add_command(inspect_command)
+cli.add_command(run_command)
 
 
 def main() -> None:

@@ -167,3 +167,13 @@ save_file({{"out": out.contiguous()}}, {str(tmp_path / 'out.safetensors')!r})
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=300)
     expected = spec.module.eval()(tokens)
     torch.testing.assert_close(load_file(str(tmp_path / "out.safetensors"))["out"], expected.detach())
+
+
+def test_autocast_does_not_recast_the_captured_graph(mlp):
+    x = torch.randn(8, 16)
+    expected = mlp(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mlp(x)
+        assert torch.is_autocast_enabled("cpu")  # restored after the call
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -142,3 +142,21 @@ def build_guard(program: ProgramMeta, user_inputs: list[UserInput]) -> AliasGuar
         if i.kind == "user_input" and i.mutation_type != "NOT_MUTATED"
     ]
     return AliasGuard([u.name for u in user_inputs], duplicates, mutated)
+
+
+def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torch.device = "cpu"):
+    """(args, kwargs) of random tensors shaped like the example inputs: floats from a normal
+    distribution, integers and bools within the example's value range."""
+    from aotc._torch_compat import pytree
+
+    g = torch.Generator().manual_seed(seed)
+    flat = []
+    for meta in metadata.user_inputs:
+        dtype = _DTYPES[meta.dtype]
+        if dtype.is_floating_point or dtype.is_complex:
+            t = torch.randn(meta.shape, generator=g, dtype=dtype)
+        else:
+            lo, hi = meta.value_range or [0, 1]
+            t = torch.randint(lo, hi + 1, meta.shape, generator=g).to(dtype)
+        flat.append(t.to(device))
+    return pytree.tree_unflatten(flat, in_spec)

@@ -40,8 +40,17 @@ class Program:
         self.epilogue = Epilogue(meta, signature, training)
         self.guard = build_guard(meta, guard_names)
         self.requires_grad = [i.requires_grad for i in meta.inputs]
+        self.graph: Graph | None = None  # set by LoadedModule once the backend is loaded
+        self._state = [(table, name) for src, table, name in self.sources if src == "state"]
+        self._user = [table for src, table, _ in self.sources if src == "user"]
+        # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
+        self._layout_simple = [src for src, _, _ in self.sources] == ["state"] * len(self._state) + ["user"] * len(
+            self._user
+        )
 
-    def primals(self, flat: list) -> list:
+    def primals(self, flat) -> list:
+        if self._layout_simple:
+            return [table[name] for table, name in self._state] + [flat[i] for i in self._user]
         return [table[name] if src == "state" else flat[table] for src, table, name in self.sources]
 
 
@@ -72,6 +81,9 @@ class LoadedModule(nn.Module):
             non_persistent=set(sig.non_persistent_buffers),
         )
         self._in_spec = pytree.treespec_loads(sig.in_spec)
+        # Fast path: forward(*tensors) with no kwargs needs no pytree flattening.
+        plain = pytree.tree_flatten((tuple(range(len(sig.user_inputs))), {}))[1]
+        self._plain_arity = len(sig.user_inputs) if plain == self._in_spec else -1
         self._out_spec = pytree.treespec_loads(sig.out_spec)
         self._out_is_leaf = self._out_spec.is_leaf()
         self._checks = build_checks(meta, sig.user_inputs)
@@ -82,6 +94,7 @@ class LoadedModule(nn.Module):
         for kind, program_meta in meta.programs.items():
             graph_sig = sig.graphs[kind]
             self._programs[kind] = Program(self, kind, graph_sig, program_meta, bundle, meta.training, sig.user_inputs)
+            self._programs[kind].graph = graphs[kind]
         if "forward" in self._programs:
             self._training_graphs = TrainingGraphs.build(
                 graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"]
@@ -91,17 +104,23 @@ class LoadedModule(nn.Module):
     # ----------------------------------------------------------------- the call path
 
     def _flatten(self, args: tuple, kwargs: dict) -> list:
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self._in_spec:
-            names = [c.name for c in self._checks]
-            raise InputError(
-                f"expected {len(names)} input(s) ({', '.join(names)}) in the exported structure; "
-                f"got {len(flat)} in a different structure: {len(args)} positional, kwargs {sorted(kwargs)}."
-            )
+        if not kwargs and len(args) == self._plain_arity:
+            flat = args
+        else:
+            flat, spec = pytree.tree_flatten((args, kwargs))
+            if spec != self._in_spec:
+                self._structure_error(flat, args, kwargs)
         sizes: dict = {}
         for check, value in zip(self._checks, flat):
             check.check(value, self.device, sizes)
         return flat
+
+    def _structure_error(self, flat, args, kwargs):
+        names = [c.name for c in self._checks]
+        raise InputError(
+            f"expected {len(names)} input(s) ({', '.join(names)}) in the exported structure; "
+            f"got {len(flat)} in a different structure: {len(args)} positional, kwargs {sorted(kwargs)}."
+        )
 
     def _unflatten(self, outputs: list):
         if self._out_is_leaf:
@@ -114,18 +133,29 @@ class LoadedModule(nn.Module):
         if program.guard.active:
             program.guard.check(flat)
         primals = program.primals(flat)
-        if program.kind == "forward" and torch.is_grad_enabled() and any(
+        if torch.is_autocast_enabled(self.device.type):
+            # The graphs hold the dtypes captured at export; autocast must not re-cast them.
+            with torch.autocast(self.device.type, enabled=False):
+                return self._call(program, primals)
+        return self._call(program, primals)
+
+    def _call(self, program: Program, primals: list):
+        grad = torch.is_grad_enabled()
+        if program.kind == "forward" and grad and any(
             p.requires_grad for p, rg in zip(primals, program.requires_grad) if rg
         ):
             outs = self._run_autograd(program, primals)
-        else:
+        elif grad:
             with torch.no_grad():
-                outs = self._graphs[program.kind](*primals)
-            if program.kind == "forward":
-                outs = outs[: self._training_graphs.num_visible]
-        if program.epilogue.trivial:
-            return self._unflatten([outs[p.output] for p in program.epilogue.outputs])
-        return self._unflatten(program.epilogue.apply(primals, list(outs)))
+                outs = program.graph(*primals)
+        else:
+            outs = program.graph(*primals)
+        epilogue = program.epilogue
+        if epilogue.trivial:
+            if self._out_is_leaf:
+                return outs[epilogue.outputs[0].output]
+            return pytree.tree_unflatten([outs[p.output] for p in epilogue.outputs], self._out_spec)
+        return self._unflatten(epilogue.apply(primals, list(outs)))
 
     def _run_autograd(self, program: Program, primals: list) -> list:
         graphs = self._training_graphs

@@ -1,0 +1,129 @@
+"""`aotc run`: load a bundle and call it once, without the model's source."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
+from aotc.errors import AotcError
+
+
+def _read_inputs(path: Path, names: list[str], in_spec):
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from aotc._torch_compat import pytree
+
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise AotcError(f"--inputs '{path}' is not a readable safetensors file ({e}).") from e
+    missing = [n for n in names if n not in tensors]
+    extra = sorted(set(tensors) - set(names))
+    if missing or extra:
+        raise AotcError(
+            f"--inputs '{path}' must hold one tensor per input, named {', '.join(names)}; "
+            f"missing: {', '.join(missing) or 'none'}; unexpected: {', '.join(extra) or 'none'}."
+        )
+    return pytree.tree_unflatten([tensors[n] for n in names], in_spec)
+
+
+def _describe(name: str, value) -> dict:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return {"name": name, "value": value}
+    info = {"name": name, "shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    if value.numel():
+        v = value.detach().double()
+        info |= {"min": v.min().item(), "max": v.max().item(), "mean": v.mean().item()}
+    return info
+
+
+@click.command("run")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--inputs", "inputs_path", type=click.Path(path_type=Path), help="safetensors file, one tensor per input name.")
+@click.option("--output", "output_path", type=click.Path(path_type=Path), help="Write the outputs to this safetensors file.")
+@click.option("--backend", default="auto", show_default=True, help="auto or fx.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--mode", type=click.Choice(["eval", "train"]), help="Default: eval if the bundle has an eval graph.")
+@click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@json_option
+@debug_option
+@handles_errors
+def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, as_json, debug):
+    """Load BUNDLE and call it once; print a summary of the outputs.
+
+    Without --inputs, random inputs shaped like the example inputs are used. A joint
+    bundle runs one training step and reports the loss.
+
+    \b
+    Examples:
+      aotc run bundles/mlp
+      aotc run bundles/mlp --inputs in.safetensors --output out.safetensors --json
+    """
+    import torch
+
+    import aotc
+    from aotc._torch_compat import pytree
+    from aotc.bundle import Bundle
+    from aotc.runtime.inputs import random_inputs
+
+    info = Bundle.open(bundle)
+    if mode is None:
+        mode = "eval" if "inference" in info.graph_kinds and not info.metadata.training else "train"
+    t0 = time.perf_counter()
+    module = aotc.load(bundle, backend=backend, device=device, mode=mode)
+    load_s = time.perf_counter() - t0
+    in_spec = pytree.treespec_loads(info.signature.in_spec)
+    names = [u.name for u in info.signature.user_inputs]
+    if inputs_path:
+        args, kwargs = _read_inputs(inputs_path, names, in_spec)
+        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
+    else:
+        args, kwargs = random_inputs(info.metadata, in_spec, seed=seed, device=device)
+
+    t0 = time.perf_counter()
+    if "joint" in info.graph_kinds:
+        result = {"loss": module.train_step(*args, **kwargs)}
+        result |= {f"grad:{n}": p.grad for n, p in module.named_parameters() if p.grad is not None}
+    else:
+        with torch.no_grad():
+            out = module(*args, **kwargs)
+        leaves = pytree.tree_leaves_with_path(out)
+        result = {f"output{pytree.keystr(path)}": v for path, v in leaves}
+    call_s = time.perf_counter() - t0
+
+    if output_path:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().contiguous().cpu() for k, v in result.items() if isinstance(v, torch.Tensor)}, str(output_path))
+    summary = {
+        "bundle": str(bundle),
+        "backend": module.backend,
+        "device": str(module.device),
+        "mode": mode,
+        "inputs": str(inputs_path) if inputs_path else f"random (seed {seed})",
+        "seconds": {"load": round(load_s, 4), "call": round(call_s, 4)},
+        "outputs": [_describe(k, v) for k, v in result.items()],
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{bundle} ({module.backend}, {module.device}, {mode})", title_justify="left")
+    for col in ("output", "shape", "dtype", "min", "max", "mean"):
+        table.add_column(col, overflow="fold", justify="left" if col in ("output", "shape", "dtype") else "right")
+    for o in summary["outputs"]:
+        if "shape" not in o:
+            table.add_row(o["name"], "", "", "", "", str(o["value"]))
+            continue
+        stats = [f"{o[k]:.4g}" if k in o else "" for k in ("min", "max", "mean")]
+        table.add_row(o["name"], str(tuple(o["shape"])), o["dtype"], *stats)
+    out = console()
+    out.print(table)
+    out.print(f"load {load_s * 1e3:.1f} ms, call {call_s * 1e3:.2f} ms, inputs: {summary['inputs']}")
