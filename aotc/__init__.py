@@ -15,6 +15,7 @@ Example::
     bundle = aotc.export(model, (torch.randn(2, 4),), "out/mlp", force=True)
     print(bundle.manifest.graph_kinds)          # ['inference']
     program = bundle.load_program("inference")  # torch.export.ExportedProgram
+    aotc.compile("out/mlp")                     # adds compiled/cpu/inference.pt2 (AOTInductor)
     m = aotc.load("out/mlp")                    # an nn.Module that behaves like `model`
 
 Names are imported lazily so that `import aotc` (and `aotc --help`) does not import torch.
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "export": "aotc.api",
     "load": "aotc.runtime",
+    "compile": "aotc.compiler",
     "Bundle": "aotc.bundle",
     "load_model": "aotc.model_file",
     "ModelSpec": "aotc.model_file",

@@ -53,6 +53,19 @@ except ImportError as e:  # pragma: no cover - depends on the installed torch
         f"pip install torch=={SUPPORTED_TORCH}.0"
     ) from e
 
+def inductor_cpu_isa():
+    """The vector ISA inductor compiles CPU kernels for (it probes by compiling; slow once)."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return pick_vec_isa()
+
+
+def inductor_cpp_compiler() -> str:
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    return get_cpp_compiler()
+
+
 PARTITIONERS = {
     "min-cut": min_cut_rematerialization_partition,
     "default": default_partition,
@@ -77,6 +90,8 @@ __all__ = [
     "SavedForBackwardsAOTOutput",
     "TangentAOTInput",
     "ViewAndMutationMeta",
+    "inductor_cpp_compiler",
+    "inductor_cpu_isa",
     "aot_compile_joint_with_descriptors",
     "aot_export_joint_with_descriptors",
     "pytree",

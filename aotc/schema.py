@@ -44,7 +44,11 @@ FileKind = Literal["weights", "graph", "graph_code", "compiled", "onnx", "refere
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of the bundle; `path` is relative to the bundle root, with '/'."""
+    """One file of the bundle; `path` is relative to the bundle root, with '/'.
+
+    `build` (compiled artifacts only) records what the file was built for: torch version,
+    device, CPU instruction set and flags or CUDA architecture, compiler.
+    """
 
     path: str
     kind: FileKind
@@ -52,6 +56,7 @@ class FileEntry:
     sha256: str
     graph: str | None = None
     device: str | None = None
+    build: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

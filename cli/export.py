@@ -61,19 +61,85 @@ def mode_from_flags(joint: bool, autograd: bool) -> tuple[str, ...]:
     return ("inference",)
 
 
+def export_options(fn):
+    """The options of `aotc export`, shared with `aotc compile MODEL`."""
+    for decorator in reversed([
+        click.option("-o", "--output", type=click.Path(path_type=Path), help="Bundle directory [default: bundles/<model name>]."),
+        graph_options,
+        click.option("--train", is_flag=True, help="Capture the inference graph with the model in train mode."),
+        click.option("--entry", help="Factory function to call instead of build_model."),
+        click.option("--checkpoint", type=click.Path(path_type=Path), help="Weights (.safetensors, or .pt/.bin as weights only)."),
+        click.option("--dynamic", multiple=True, metavar="NAME:DIM", help="Mark dim DIM of input NAME dynamic (repeatable)."),
+        click.option(
+            "--partitioner", type=click.Choice(["min-cut", "default"]), default="min-cut", show_default=True,
+            help="How --autograd splits the joint graph into forward and backward.",
+        ),
+        click.option("--force", is_flag=True, help="Replace an existing bundle at the output path."),
+    ]):
+        fn = decorator(fn)
+    return fn
+
+
+def run_export(phases: Phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force):
+    """Load the model file and export it, reporting phases; returns (spec, bundle)."""
+    graphs = mode_from_flags(joint, autograd)
+    cli_dims = parse_dynamic(dynamic)
+    phases.start("load")
+    from aotc.bundle import check_target
+    from aotc.model_file import load_model
+
+    spec = load_model(model, entry=entry, checkpoint=checkpoint)
+    target = output or Path("bundles") / spec.name
+    check_target(target, force)
+    if "joint" in graphs and spec.loss is None:
+        raise AotcError(
+            f"Model file '{spec.source}' defines no loss(outputs, *inputs); --joint needs one "
+            "that returns a scalar tensor."
+        )
+    from aotc.api import export
+
+    bundle = export(
+        spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
+        dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=partitioner,
+        train=train, force=force, name=spec.name, source=spec.source,
+        checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
+        on_phase=phases.start,
+    )
+    phases.finish()
+    return spec, bundle
+
+
+def graph_summary(bundle) -> dict:
+    from aotc.summary import describe
+
+    info = describe(bundle)
+    return {
+        "bundle": str(bundle.path),
+        "model": info["manifest"]["model"]["name"],
+        "source": info["manifest"]["model"]["source"],
+        "graphs": {
+            k: {"nodes": g["num_nodes"], "inputs": g["num_inputs"], "outputs": g["num_outputs"]}
+            for k, g in info["graphs"].items()
+        },
+        "size_bytes": info["size"]["total"],
+        "size": {k: v for k, v in info["size"].items() if k != "total"},
+    }
+
+
+def print_graph_table(out, summary: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{summary['model']} -> {summary['bundle']}", title_justify="left")
+    for col in ("graph", "nodes", "inputs", "outputs"):
+        table.add_column(col, justify="left" if col == "graph" else "right")
+    for kind, g in summary["graphs"].items():
+        table.add_row(kind, str(g["nodes"]), str(g["inputs"]), str(g["outputs"]))
+    out.print(table)
+
+
 @click.command("export")
 @click.argument("model")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Bundle directory [default: bundles/<model name>].")
-@graph_options
-@click.option("--train", is_flag=True, help="Capture the inference graph with the model in train mode.")
-@click.option("--entry", help="Factory function to call instead of build_model.")
-@click.option("--checkpoint", type=click.Path(path_type=Path), help="Weights (.safetensors, or .pt/.bin as weights only).")
-@click.option("--dynamic", multiple=True, metavar="NAME:DIM", help="Mark dim DIM of input NAME dynamic (repeatable).")
-@click.option(
-    "--partitioner", type=click.Choice(["min-cut", "default"]), default="min-cut", show_default=True,
-    help="How --autograd splits the joint graph into forward and backward.",
-)
-@click.option("--force", is_flag=True, help="Replace an existing bundle at the output path.")
+@export_options
 @json_option
 @debug_option
 @handles_errors
@@ -86,58 +152,17 @@ def export_command(model, output, joint, autograd, train, entry, checkpoint, dyn
       aotc export sample_models/mlp.py --joint -o bundles/mlp-joint
       aotc export sample_models/mlp.py --autograd --dynamic x:0 -o bundles/mlp-fb
     """
-    graphs = mode_from_flags(joint, autograd)
-    cli_dims = parse_dynamic(dynamic)
     out = console()
     phases = Phases(out)
     started = time.perf_counter()
     try:
-        phases.start("load")
-        from aotc.bundle import check_target
-        from aotc.model_file import load_model
-
-        spec = load_model(model, entry=entry, checkpoint=checkpoint)
-        target = output or Path("bundles") / spec.name
-        check_target(target, force)
-        if "joint" in graphs and spec.loss is None:
-            raise AotcError(
-                f"Model file '{spec.source}' defines no loss(outputs, *inputs); --joint needs one "
-                "that returns a scalar tensor."
-            )
-        from aotc.api import export
-
-        bundle = export(
-            spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
-            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=partitioner,
-            train=train, force=force, name=spec.name, source=spec.source,
-            checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
-            on_phase=phases.start,
-        )
-        phases.finish()
+        spec, bundle = run_export(phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force)
     finally:
         phases.abort()
     timings = dict(phases.times, total=time.perf_counter() - started)
-
-    from aotc.summary import describe
-
-    info = describe(bundle)
-    summary = {
-        "bundle": str(bundle.path),
-        "model": spec.name,
-        "source": spec.source,
-        "graphs": {k: {"nodes": g["num_nodes"], "inputs": g["num_inputs"], "outputs": g["num_outputs"]} for k, g in info["graphs"].items()},
-        "size_bytes": info["size"]["total"],
-        "seconds": {k: round(v, 3) for k, v in timings.items()},
-    }
+    summary = graph_summary(bundle) | {"seconds": {k: round(v, 3) for k, v in timings.items()}}
     if as_json:
         emit_json(summary)
         return
-    from rich.table import Table
-
-    table = Table(title=f"{spec.name} -> {bundle.path}", title_justify="left")
-    for col in ("graph", "nodes", "inputs", "outputs"):
-        table.add_column(col, justify="left" if col == "graph" else "right")
-    for kind, g in summary["graphs"].items():
-        table.add_row(kind, str(g["nodes"]), str(g["inputs"]), str(g["outputs"]))
-    out.print(table)
+    print_graph_table(out, summary)
     out.print(f"{human_size(summary['size_bytes'])} in {timings['total']:.2f} s")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from aotc import __version__
+from aotc.cli.compile import compile_command
 from aotc.cli.export import export_command
 from aotc.cli.inspect import inspect_command
 from aotc.cli.run import run_command
@@ -17,15 +20,19 @@ def cli():
 
     \b
     aotc export sample_models/mlp.py -o bundles/mlp      capture graphs into a bundle
+    aotc compile bundles/mlp                             add AOTInductor artifacts
     aotc inspect bundles/mlp                             show what a bundle holds
     aotc run bundles/mlp                                 call it once on random inputs
     """
 
 
 cli.add_command(export_command)
+cli.add_command(compile_command)
 cli.add_command(inspect_command)
 cli.add_command(run_command)
 
 
 def main() -> None:
+    # torch 2.13 warns about its own pytree internals while (de)serializing graphs
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     cli(prog_name="aotc")

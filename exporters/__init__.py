@@ -1,15 +1,18 @@
 """Artifact formats. Each module here exposes the same functions:
 
-    FORMAT: str                                   the name used on the command line
-    write(capture, root) -> list[FileEntry]       write its files into a staging bundle dir
+    FORMAT: str                                     the name used on the command line
+    load_graph(bundle, kind, device) -> callable    a graph as a function of flat tensors
+
+and, by what they produce: `write(capture, root)` (fx: written at export) or
+`compile_graph(program, example_inputs, path)` (aoti: compiled from the fx graph).
 
 Adding a format means adding one module and one line in `EXPORTERS`.
 """
 
 from __future__ import annotations
 
-from aotc.exporters import fx
+from aotc.exporters import aoti, fx
 
-EXPORTERS = {fx.FORMAT: fx}
+EXPORTERS = {fx.FORMAT: fx, aoti.FORMAT: aoti}
 
 __all__ = ["EXPORTERS"]

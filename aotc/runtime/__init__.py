@@ -8,7 +8,7 @@ from aotc.bundle import Bundle
 from aotc.errors import AotcError, ModeError
 from aotc.runtime.module import LoadedModule
 
-BACKENDS = ("auto", "fx")
+BACKENDS = ("auto", "fx", "aoti")
 MODES = ("eval", "train")
 
 
@@ -17,6 +17,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
 
     `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
     forward+backward bundle (call it, then .backward()) or a joint one (`train_step`).
+    `backend`: "aoti" (compiled artifacts), "fx" (the ExportedPrograms), or "auto": aoti
+    when the bundle has artifacts for the device, else fx.
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
@@ -39,9 +41,10 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
         raise AotcError("device 'cuda' was asked for, but no CUDA device was found.")
     from aotc.exporters import EXPORTERS
 
+    if backend not in BACKENDS:
+        raise AotcError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
     if backend == "auto":
-        backend = "fx"
-    if backend not in EXPORTERS or not hasattr(EXPORTERS[backend], "load_graph"):
-        raise AotcError(f"backend must be one of {BACKENDS}, not {backend!r}.")
+        # the compiled artifact for this device when the bundle has one, else the fx graphs
+        backend = "aoti" if EXPORTERS["aoti"].has_artifacts(bundle, device) else "fx"
     graphs = {kind: EXPORTERS[backend].load_graph(bundle, kind, device) for kind in kinds}
     return LoadedModule(bundle, graphs, device, mode, backend)

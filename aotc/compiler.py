@@ -1,0 +1,155 @@
+"""`aotc.compile`: add AOTInductor artifacts to a bundle, reusing earlier results.
+
+Every graph kind in the bundle is compiled for each asked device into
+`compiled/<device>/<kind>.pt2`, listed in the manifest with its size, sha256 and build
+fingerprint. Results are cached under a content hash of the graph, the compile options,
+the device, the torch version, the compiler and the CPU's flags, so compiling an
+unchanged model again copies the earlier artifact instead of running the C++ compiler.
+The bundle is updated atomically: a staging copy (hard links) gets the new files and
+manifest, then replaces the bundle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from aotc.bundle import MANIFEST, Bundle, file_entry, load_exported_program, staging_dir, write_json
+from aotc.errors import AotcError
+from aotc.fingerprint import build_fingerprint, cpu_flags
+
+# on_graph(kind, device, event) with event "start", "compiled" or "cached"
+GraphCallback = Callable[[str, str, str], None]
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("AOTC_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "aotc"
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AotcError("--device cuda was asked for, but no CUDA device was found (torch.cuda.is_available() is False).")
+    if device.type not in ("cpu", "cuda"):
+        raise AotcError(f"device '{name}' is not supported; use cpu or cuda.")
+    return device
+
+
+def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> list:
+    """Inputs for one graph, shaped like the export's: weights from the bundle, random user
+    inputs, and for the backward graph real saved activations from running the forward."""
+    from aotc._torch_compat import pytree
+    from aotc.runtime.inputs import random_inputs
+
+    weights = bundle.weights()
+    in_spec = pytree.treespec_loads(bundle.signature.in_spec)
+    user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0))
+
+    def primals(sig) -> list:
+        return [weights[s.target] if s.role in ("parameter", "buffer") else user[s.index] for s in sig.inputs]
+
+    sig = bundle.signature.graphs[kind]
+    if kind != "backward":
+        values = primals(sig)
+    else:
+        fw_sig = bundle.signature.graphs["forward"]
+        forward = load_exported_program(bundle.graph_path("forward")).graph_module
+        with torch.no_grad():
+            outs = dict(zip([s.name for s in fw_sig.outputs], forward(*primals(fw_sig))))
+        values = [outs[s.name] if s.role == "saved" else torch.ones_like(outs[s.target]) for s in sig.inputs]
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def cache_key(graph_sha256: str, kind: str, device: torch.device, options: dict) -> str:
+    """Content hash of everything that decides the compiled code (cheap to compute: no
+    compiler or CPU probing)."""
+    from aotc import _torch_compat as tc
+
+    parts = {
+        "graph": graph_sha256,
+        "kind": kind,
+        "device": device.type,
+        "options": options,
+        "torch": torch.__version__,
+        "compiler": tc.inductor_cpp_compiler(),
+        "cpu_flags": sorted(cpu_flags()) if device.type == "cpu" else None,
+        "cuda_arch": list(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> tuple[dict, bool]:
+    """Compile (or fetch from cache) one graph into `target`; returns (fingerprint, cached)."""
+    from aotc.exporters import aoti
+
+    entry = bundle.manifest.file(f"graphs/{kind}.pt2")
+    key = cache_key(entry.sha256, kind, device, aoti.COMPILE_OPTIONS)
+    if cache is not None:
+        cached, meta = cache / f"{key}.pt2", cache / f"{key}.json"
+        if cached.is_file() and meta.is_file():
+            shutil.copyfile(cached, target)
+            return json.loads(meta.read_text()), True
+
+    program = load_exported_program(bundle.graph_path(kind))
+    if device.type != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    aoti.compile_graph(program, example_graph_inputs(bundle, kind, device), target)
+    fingerprint = build_fingerprint(device)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        # write-then-rename: a concurrent or interrupted compile never leaves half an entry
+        with tempfile.NamedTemporaryFile(dir=cache, delete=False, suffix=".tmp") as f, open(target, "rb") as src:
+            shutil.copyfileobj(src, f)
+        os.replace(f.name, cache / f"{key}.pt2")
+        (cache / f"{key}.json.tmp").write_text(json.dumps(fingerprint))
+        os.replace(cache / f"{key}.json.tmp", cache / f"{key}.json")
+    return fingerprint, False
+
+
+def compile(
+    path: str | Path,
+    devices=("cpu",),
+    *,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    on_graph: GraphCallback | None = None,
+) -> Bundle:
+    """Compile every graph of the bundle at `path` for each device; returns the new Bundle."""
+    bundle = Bundle.open(path)
+    targets = [resolve_device(d) for d in devices]
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    cache = cache if use_cache else None
+    from aotc.exporters import aoti
+
+    with staging_dir(bundle.path, force=True) as root:
+        shutil.copytree(bundle.path, root, copy_function=os.link, dirs_exist_ok=True)
+        new_paths = {aoti.artifact_path(d.type, k) for d in targets for k in bundle.graph_kinds}
+        entries = [f for f in bundle.manifest.files if f.path not in new_paths]
+        for device in targets:
+            for kind in bundle.graph_kinds:
+                rel = aoti.artifact_path(device.type, kind)
+                target = root / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists():
+                    target.unlink()  # a hard link to the old bundle's file: never write through it
+                if on_graph:
+                    on_graph(kind, device.type, "start")
+                fingerprint, cached = _compile_one(bundle, kind, device, target, cache)
+                entry = file_entry(root, rel, "compiled", graph=kind, device=device.type)
+                entries.append(dataclasses.replace(entry, build=fingerprint))
+                if on_graph:
+                    on_graph(kind, device.type, "cached" if cached else "compiled")
+        (root / MANIFEST).unlink()
+        write_json(root / MANIFEST, dataclasses.replace(bundle.manifest, files=entries))
+    return Bundle.open(bundle.path)

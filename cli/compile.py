@@ -1,0 +1,95 @@
+"""`aotc compile`: AOTInductor artifacts for a model file or an existing bundle."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
+from aotc.cli.export import export_options, graph_summary, print_graph_table, run_export
+
+
+def _is_bundle(target: str) -> bool:
+    return (Path(target) / "manifest.json").is_file()
+
+
+@click.command("compile")
+@click.argument("target", metavar="MODEL|BUNDLE")
+@click.option("--device", "devices", multiple=True, default=("cpu",), show_default=True,
+              help="cpu or cuda (repeatable).")
+@click.option("--cache-dir", type=click.Path(path_type=Path),
+              help="Compile cache [default: $AOTC_CACHE_DIR or ~/.cache/aotc].")
+@click.option("--no-cache", is_flag=True, help="Compile again even if an identical graph was compiled before.")
+@export_options
+@json_option
+@debug_option
+@handles_errors
+def compile_command(target, devices, cache_dir, no_cache, output, joint, autograd, train, entry, checkpoint,
+                    dynamic, partitioner, force, as_json, debug):
+    """Compile every graph of a bundle with AOTInductor, for each --device.
+
+    TARGET is a model file (exported first, as by aotc export) or an existing bundle,
+    which gets compiled/<device>/<kind>.pt2 added in place.
+
+    \b
+    Examples:
+      aotc compile sample_models/mlp.py -o bundles/mlp
+      aotc compile sample_models/mlp.py --autograd -o bundles/mlp-fb
+      aotc compile bundles/mlp --device cuda
+    """
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from aotc.compiler import compile as compile_bundle, resolve_device
+
+    for d in devices:
+        resolve_device(d)  # fail before exporting
+    out = console()
+    started = time.perf_counter()
+    phases = Phases(out)
+    try:
+        if _is_bundle(target):
+            if output and Path(output).resolve() != Path(target).resolve():
+                raise click.UsageError("-o is for model files; a bundle is compiled in place.")
+            bundle_path = Path(target)
+        else:
+            _, bundle = run_export(phases, target, output, joint, autograd, train, entry, checkpoint, dynamic,
+                                   partitioner, force)
+            bundle_path = bundle.path
+    finally:
+        phases.abort()
+
+    graph_times: dict[str, float] = {}
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=out, transient=False) as progress:
+        tasks: dict[tuple[str, str], tuple[int, float]] = {}
+
+        def on_graph(kind: str, device: str, event: str) -> None:
+            if event == "start":
+                task = progress.add_task(f"compile {kind} ({device})", total=1)
+                tasks[(kind, device)] = (task, time.perf_counter())
+                return
+            task, t0 = tasks[(kind, device)]
+            graph_times[f"{device}/{kind}"] = time.perf_counter() - t0
+            note = "cached" if event == "cached" else "compiled"
+            progress.update(task, completed=1, description=f"{note} {kind} ({device})")
+
+        bundle = compile_bundle(bundle_path, devices=devices, cache_dir=cache_dir, use_cache=not no_cache,
+                                on_graph=on_graph)
+    total = time.perf_counter() - started
+    summary = graph_summary(bundle) | {
+        "devices": list(devices),
+        "compiled": {
+            f.path: {"size_bytes": f.size, "build": f.build}
+            for f in bundle.manifest.files if f.kind == "compiled"
+        },
+        "seconds": {**{k: round(v, 3) for k, v in phases.times.items()},
+                    **{f"compile {k}": round(v, 3) for k, v in graph_times.items()}, "total": round(total, 3)},
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    print_graph_table(out, summary)
+    sizes = ", ".join(f"{k} {human_size(v)}" for k, v in summary["size"].items())
+    out.print(f"{human_size(summary['size_bytes'])} ({sizes}) in {total:.1f} s")
