@@ -72,6 +72,7 @@ class CapturedGraph:
     program: ExportedProgram
     signature: GraphSignature
     example_inputs: list[torch.Tensor]
+    size_outputs: frozenset[int] = frozenset()  # outputs that are (n, 0) size carriers
 
 
 @dataclass
@@ -108,15 +109,25 @@ class Program(torch.nn.Module):
 
 
 class FlatCall(torch.nn.Module):
-    """Calls a captured graph with flat tensors and returns the non-None outputs."""
+    """Calls a captured graph with flat tensors and returns the non-None outputs.
 
-    def __init__(self, fn, keep: list[int], tangents: list[tuple[int, torch.dtype, bool]] | None = None):
+    Sizes saved for backward (symints) travel as empty `(n, 0)` tensors: AOTInductor
+    packages take and return tensors only. `size_outputs` are output positions (after
+    dropping Nones) to wrap that way, `size_inputs` input positions to unwrap.
+    """
+
+    def __init__(self, fn, keep: list[int], tangents: list[tuple[int, torch.dtype, bool]] | None = None,
+                 size_outputs: frozenset[int] = frozenset(), size_inputs: frozenset[int] = frozenset()):
         super().__init__()
         self.fn = fn
         self.keep = keep
         self.tangents = tangents  # joint graphs: (position, dtype, is_loss) per tangent
+        self.size_outputs = size_outputs
+        self.size_inputs = size_inputs
 
     def forward(self, *args):
+        if self.size_inputs:
+            args = tuple(a.shape[0] if i in self.size_inputs else a for i, a in enumerate(args))
         if self.tangents is None:
             outs = self.fn(*args)
         else:
@@ -125,7 +136,13 @@ class FlatCall(torch.nn.Module):
             ]
             outs = self.fn(list(args), tangents)
         outs = pytree.tree_flatten(outs, is_leaf=lambda x: x is None)[0]
-        return tuple(outs[i] for i in self.keep)
+        kept = [outs[i] for i in self.keep]
+        return tuple(size_carrier(v) if i in self.size_outputs else v for i, v in enumerate(kept))
+
+
+def size_carrier(n) -> torch.Tensor:
+    """An int as the first dim of an empty tensor (no memory), so it can cross a graph edge."""
+    return torch.empty((n, 0))
 
 
 _PREFIX = "model."
@@ -230,7 +247,7 @@ def _value_range(t: torch.Tensor) -> list[int] | None:
     return [int(t.min()), int(t.max())]
 
 
-def _export_dynamic_shapes(vals: list[Any]) -> tuple | None:
+def _export_dynamic_shapes(vals: list[Any], size_inputs: frozenset[int] = frozenset()) -> tuple | None:
     """torch.export dynamic_shapes for a flat graph, from its placeholders' fake values.
 
     Every symbolic dim (and saved size) becomes Dim.AUTO: the graph is already traced, so
@@ -238,8 +255,11 @@ def _export_dynamic_shapes(vals: list[Any]) -> tuple | None:
     metadata.json, where the runtime checks them.
     """
     specs = []
-    for v in vals:
-        if isinstance(v, torch.SymInt) and not v.node.expr.is_number:
+    for i, v in enumerate(vals):
+        symbolic = isinstance(v, torch.SymInt) and not v.node.expr.is_number
+        if i in size_inputs:
+            specs.append({0: Dim.AUTO} if symbolic else None)  # an (n, 0) size carrier
+        elif symbolic:
             specs.append(Dim.AUTO)
         elif isinstance(v, torch.Tensor):
             dims = {i: Dim.AUTO for i, s in enumerate(v.shape) if isinstance(s, torch.SymInt) and not s.node.expr.is_number}
@@ -447,10 +467,11 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def _reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str) -> ExportedProgram:
+def _reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str,
+              size_inputs: frozenset[int] = frozenset()) -> ExportedProgram:
     try:
         return torch.export.export(
-            fn, tuple(example_inputs), dynamic_shapes=_export_dynamic_shapes(fake_vals), strict=False
+            fn, tuple(example_inputs), dynamic_shapes=_export_dynamic_shapes(fake_vals, size_inputs), strict=False
         )
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -560,10 +581,9 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     else:
         fw, bw = partitioned
         graphs["forward"] = _finish("forward", fw, primal_slots, names, real_primals, fake_primals, tangents=None)
-        fw_out_slots = graphs["forward"].signature.outputs
         fw_values = list(graphs["forward"].program.module()(*graphs["forward"].example_inputs))
         user_out_values = _user_outputs(graphs["forward"], fw_values)
-        graphs["backward"] = _capture_backward(bw, fw_out_slots, fw_values, names)
+        graphs["backward"] = _capture_backward(bw, graphs["forward"], fw_values, names)
 
     program_meta = _program_meta(jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates)
     if program_meta.grad_enabled_mutation is None and grad_mode_after is not None:
@@ -706,13 +726,19 @@ def _kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
 def _finish(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
     """Re-export `gm` as a flat program that drops its None outputs."""
     keep, out_slots = _kept_outputs(gm, names, loss=kind == "joint")
-    program = _reexport(FlatCall(gm, keep, tangents), real_inputs, fake_inputs, kind)
+    nodes = _flat_output_nodes(gm)
+    sizes = frozenset(
+        j for j, i in enumerate(keep)
+        if out_slots[j].role == "saved" and isinstance(nodes[i].meta.get("val"), (int, torch.SymInt))
+    )
+    program = _reexport(FlatCall(gm, keep, tangents, size_outputs=sizes), real_inputs, fake_inputs, kind)
     backward = _backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
         kind=kind,
         program=program,
         signature=GraphSignature(kind=kind, inputs=in_slots, outputs=out_slots, backward=backward),
         example_inputs=real_inputs,
+        size_outputs=sizes,
     )
 
 
@@ -741,12 +767,17 @@ def _user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
     return [by_index.get(i) for i in range(len(by_index))]
 
 
-def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], names: Names) -> CapturedGraph:
+def _capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Names) -> CapturedGraph:
+    fw_out_slots = forward.signature.outputs
     saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
-    # AOTAutograd's backward takes the saved sizes (symints) first, then saved tensors.
-    saved_order = [i for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)]
-    saved_order += [i for i, v in enumerate(saved) if isinstance(v, torch.Tensor)]
     placeholders = _placeholders(bw)
+    # AOTAutograd's backward takes the saved sizes first, then the saved tensors; the
+    # forward returned the sizes as (n, 0) carriers (see FlatCall).
+    num_sizes = sum(1 for p in placeholders if isinstance(p.meta.get("val"), (int, torch.SymInt)))
+    size_saved = {fw_out_slots[j].index for j in forward.size_outputs}
+    saved_order = sorted(range(len(saved)), key=lambda i: i not in size_saved)
+    if len(size_saved) != num_sizes:
+        raise CaptureError("the backward graph takes a different number of saved sizes than the forward saves")
     slots, reals = [], []
     for position, p in enumerate(placeholders):
         desc = p.meta.get("desc")
@@ -760,9 +791,11 @@ def _capture_backward(bw, fw_out_slots: list[Slot], fw_values: list[Any], names:
                 raise CaptureError("the backward graph takes more saved values than the forward saves")
             i = saved_order[position]
             slots.append(Slot(f"saved[{i}]", "saved", None, i))
-            reals.append(saved[i].detach() if isinstance(saved[i], torch.Tensor) else saved[i])
+            reals.append(saved[i].detach())
     keep, out_slots = _kept_outputs(bw, names, loss=False)
-    program = _reexport(FlatCall(bw, keep), reals, [p.meta.get("val") for p in placeholders], "backward")
+    size_inputs = frozenset(range(num_sizes))
+    vals = [p.meta.get("val") for p in placeholders]
+    program = _reexport(FlatCall(bw, keep, size_inputs=size_inputs), reals, vals, "backward", size_inputs)
     return CapturedGraph(
         kind="backward",
         program=program,

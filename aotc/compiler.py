@@ -69,13 +69,26 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def cache_key(graph_sha256: str, kind: str, device: torch.device, options: dict) -> str:
+def graph_content_hash(path: Path) -> str:
+    """sha256 of the program inside a .pt2 archive, leaving out the archive's random
+    serialization id, so two exports of the same model hash alike."""
+    import zipfile
+
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(path) as archive:
+        for name in sorted(n for n in archive.namelist() if "/models/" in n):
+            digest.update(name.split("/", 1)[1].encode())
+            digest.update(archive.read(name))
+    return digest.hexdigest()
+
+
+def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -> str:
     """Content hash of everything that decides the compiled code (cheap to compute: no
     compiler or CPU probing)."""
     from aotc import _torch_compat as tc
 
     parts = {
-        "graph": graph_sha256,
+        "graph": graph_hash,
         "kind": kind,
         "device": device.type,
         "options": options,
@@ -91,8 +104,7 @@ def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, 
     """Compile (or fetch from cache) one graph into `target`; returns (fingerprint, cached)."""
     from aotc.exporters import aoti
 
-    entry = bundle.manifest.file(f"graphs/{kind}.pt2")
-    key = cache_key(entry.sha256, kind, device, aoti.COMPILE_OPTIONS)
+    key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, aoti.COMPILE_OPTIONS)
     if cache is not None:
         cached, meta = cache / f"{key}.pt2", cache / f"{key}.json"
         if cached.is_file() and meta.is_file():

@@ -17,7 +17,9 @@ from aotc.fingerprint import check_fingerprint
 FORMAT = "aoti"
 
 # Inductor options that shape the artifact; part of the compile cache key.
-COMPILE_OPTIONS: dict[str, object] = {}
+# fallback_random: random ops (dropout) call eager's kernels, so under the same seed a
+# compiled bundle draws the same masks as eager instead of inductor's own RNG stream.
+COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True}
 
 
 def artifact_path(device: str, kind: str) -> str:

@@ -37,8 +37,12 @@ def write(capture: Capture, root: Path) -> list[FileEntry]:
     for kind, graph in capture.graphs.items():
         pt2 = f"graphs/{kind}.pt2"
         py = f"graphs/{kind}.py"
-        # Example inputs would be pickled into the archive; the bundle keeps none.
+        # Example inputs would be pickled into the archive; the bundle keeps none. Stack
+        # traces name this machine's paths and tracing counters: dropping them keeps the
+        # bundle free of local paths and the graph's content stable across exports.
         graph.program.example_inputs = None
+        for node in graph.program.graph.nodes:
+            node.meta.pop("stack_trace", None)
         torch.export.save(graph.program, str(root / pt2))
         (root / py).write_text(_code(graph))
         entries.append(file_entry(root, pt2, "graph", graph=kind))

@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
-import pytest
-import torch
-from click.testing import CliRunner
-
-from aotc.cli.main import cli
-from aotc.model_file import load_model
-
 ROOT = Path(__file__).resolve().parent.parent
+# Compiler caches live in the repo's ignored build dir, never in the user's home.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor-cache"))
+os.environ.setdefault("AOTC_CACHE_DIR", str(ROOT / "build" / "aotc-cache"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from aotc.cli.main import cli  # noqa: E402
+from aotc.model_file import load_model  # noqa: E402
+from corpus import CASES  # noqa: E402
+
+# Bundles whose graphs the aoti-backend tests need compiled (sample name, capture mode).
+COMPILED_SAMPLES = [
+    ("mlp", "inference"),
+    ("mlp", "autograd"),
+    ("mlp", "joint"),
+    ("cnn", "autograd"),
+    ("cnn", "joint"),
+    ("tiny_transformer", "inference"),
+    ("tiny_transformer", "autograd"),
+    ("tiny_transformer", "joint"),
+]
 SAMPLES = ROOT / "sample_models"
 SAMPLE_NAMES = ["mlp", "cnn", "tiny_transformer", "inplace", "classifier"]
 MODE_FLAGS = {"inference": [], "joint": ["--joint"], "autograd": ["--autograd"]}
@@ -36,6 +55,47 @@ def sample_bundles(tmp_path_factory) -> dict[tuple[str, str], tuple[Path, dict]]
             assert result.exit_code == 0, result.stderr
             out[(name, mode)] = (target, json.loads(result.stdout))
     return out
+
+
+@pytest.fixture(scope="session")
+def corpus_bundles(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """(case name, "eval" | "train") -> bundle of that corpus program."""
+    import aotc
+
+    root = tmp_path_factory.mktemp("corpus")
+    out = {}
+    for case in CASES:
+        for mode in ("eval", "train") if case.train else ("eval",):
+            args, kwargs = case.make_inputs()
+            graphs = ("inference",) if mode == "eval" else ("forward", "backward")
+            out[(case.name, mode)] = aotc.export(case.build(), (args, kwargs), root / f"{case.name}-{mode}", graphs=graphs).path
+    return out
+
+
+def _compile(path: str) -> str:
+    import aotc
+
+    aotc.compile(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def compiled(sample_bundles, corpus_bundles) -> bool:
+    """AOTInductor-compile every bundle the aoti tests use, once, two at a time.
+
+    About 5 s of g++ per graph on 2 cores; the compile cache (build/aotc-cache) makes a
+    second run on the same checkout take seconds.
+    """
+    paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + [str(p) for p in corpus_bundles.values()]
+    with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
+        list(pool.map(_compile, paths))
+    return True
+
+
+def backend_fixture(request, backend: str) -> None:
+    """For tests parametrized over backends: make sure aoti artifacts exist first."""
+    if backend == "aoti":
+        request.getfixturevalue("compiled")
 
 
 def fresh_sample(name: str):

@@ -3,8 +3,8 @@
 Five optimizer steps (SGD with momentum, and AdamW) on mlp, cnn and tiny_transformer,
 from a forward+backward bundle (module call + .backward()) and from a joint bundle
 (train_step). After every step all parameters and buffers must match eager to
-rtol=1e-4, atol=1e-5 (float32; the fx backend runs eager's kernels, so differences are
-rounding only). Dropout (tiny_transformer) runs under the same seed on both sides: the
+rtol=1e-4, atol=1e-5 on the fx backend (eager's kernels: rounding only) and rtol=1e-3,
+atol=1e-4 on aoti (AOTInductor's fused kernels round differently). Dropout (tiny_transformer) runs under the same seed on both sides: the
 graphs call the same dropout kernel in the same order, so the masks agree.
 """
 
@@ -14,36 +14,44 @@ import pytest
 import torch
 
 import aotc
-from conftest import clone_inputs, fresh_sample
+from conftest import backend_fixture, clone_inputs, fresh_sample
 
-BACKENDS = ["fx"]
+BACKENDS = ["fx", pytest.param("aoti", marks=pytest.mark.slow)]
 MODELS = ["mlp", "cnn", "tiny_transformer"]
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2),
+    # eps=1e-3: a bias in front of train-mode BatchNorm has a true gradient of 0, so its
+    # computed gradient is rounding noise (1e-9..1e-6); with the default eps=1e-8 Adam turns
+    # the sign of that noise into a full +-lr step, which no two kernel sets agree on.
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, eps=1e-3),
 }
-TOL = dict(rtol=1e-4, atol=1e-5)
+# fx runs eager's kernels; AOTInductor fuses and reorders float math, and Adam amplifies
+# the difference on parameters whose true gradient is zero (see "adamw" below).
+TOL = {"fx": dict(rtol=1e-4, atol=1e-5), "aoti": dict(rtol=1e-3, atol=1e-4)}
 STEPS = 5
 
 
-def _assert_same_state(loaded, eager, what):
+def _assert_same_state(loaded, eager, what, tol):
     expected = eager.state_dict()
     actual = loaded.state_dict()
     assert actual.keys() == expected.keys()
     for name, value in actual.items():
-        torch.testing.assert_close(value, expected[name], **TOL, msg=lambda m: f"{what}, {name}: {m}")
+        torch.testing.assert_close(value, expected[name], **tol, msg=lambda m: f"{what}, {name}: {m}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("mode", ["autograd", "joint"])
-def test_five_steps_match_eager(sample_bundles, name, optimizer, mode, backend):
+def test_five_steps_match_eager(request, sample_bundles, name, optimizer, mode, backend):
+    backend_fixture(request, backend)
     bundle_path = sample_bundles[(name, mode)][0]
     spec = fresh_sample(name)
     eager = spec.module.train()
     loaded = aotc.load(bundle_path, backend=backend, mode="train")
-    _assert_same_state(loaded, eager, "before training")
+    assert loaded.backend == backend
+    tol = TOL[backend]
+    _assert_same_state(loaded, eager, "before training", tol)
     opt_eager = OPTIMIZERS[optimizer](eager.parameters())
     opt_loaded = OPTIMIZERS[optimizer](loaded.parameters())
 
@@ -65,8 +73,8 @@ def test_five_steps_match_eager(sample_bundles, name, optimizer, mode, backend):
         opt_loaded.step()
         opt_loaded.zero_grad()
 
-        torch.testing.assert_close(loss.detach(), eager_loss.detach(), **TOL)
-        _assert_same_state(loaded, eager, f"after step {step + 1}")
+        torch.testing.assert_close(loss.detach(), eager_loss.detach(), **tol)
+        _assert_same_state(loaded, eager, f"after step {step + 1}", tol)
 
 
 def test_user_grad_outputs_and_second_forward(sample_bundles):
@@ -81,7 +89,7 @@ def test_user_grad_outputs_and_second_forward(sample_bundles):
         outs = [model(x1), model(x2)]
         torch.autograd.backward(outs, grads)
     for (name, p), (_, q) in zip(loaded.named_parameters(), eager.named_parameters()):
-        torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(p.grad, q.grad, **TOL["fx"], msg=lambda m: f"{name}: {m}")
 
 
 def test_no_grad_call_runs_forward_only(sample_bundles):
@@ -91,4 +99,4 @@ def test_no_grad_call_runs_forward_only(sample_bundles):
         out = loaded(*clone_inputs(spec.args))
     assert not out.requires_grad
     expected = spec.module.train()(*clone_inputs(spec.args))
-    torch.testing.assert_close(out, expected.detach(), **TOL)
+    torch.testing.assert_close(out, expected.detach(), **TOL["fx"])
