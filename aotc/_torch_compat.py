@@ -3,55 +3,92 @@
 aotc is written against torch 2.13. When a private API moves, this module is the only
 one to change; until then, an unsupported torch fails here with a clear message instead
 of an AttributeError deep inside capture.
+
+Capture-time names are imported on first use: loading a bundle must not pay for
+importing AOTAutograd (about 1 s).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import torch
+import torch.utils._pytree as pytree
+from torch._ops import OpOverload
 
 from aotc.errors import UnsupportedTorchError
 
 SUPPORTED_TORCH = "2.13"
 
-try:
-    from torch._functorch._aot_autograd.collect_metadata_analysis import (
-        run_functionalized_fw_and_collect_metadata,
-    )
-    from torch._functorch._aot_autograd.descriptors import (
-        AOTInput,
-        AOTOutput,
-        BufferAOTInput,
-        GradAOTOutput,
-        InputMutationAOTOutput,
-        IntermediateBaseAOTOutput,
-        ParamAOTInput,
-        PlainAOTInput,
-        PlainAOTOutput,
-        SavedForBackwardsAOTOutput,
-        TangentAOTInput,
-    )
-    from torch._functorch._aot_autograd.schemas import (
-        MutationType,
-        OutputType,
-        ViewAndMutationMeta,
-    )
-    from torch._functorch.aot_autograd import (
-        aot_compile_joint_with_descriptors,
-        aot_export_joint_with_descriptors,
-    )
-    from torch._functorch.partitioners import (
-        default_partition,
-        min_cut_rematerialization_partition,
-    )
-    from torch._ops import OpOverload
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-    import torch.utils._pytree as pytree
-except ImportError as e:  # pragma: no cover - depends on the installed torch
-    raise UnsupportedTorchError(
-        f"aotc needs torch {SUPPORTED_TORCH}.x, but torch {torch.__version__} lacks "
-        f"an API it uses ({e}). Install the supported version: "
-        f"pip install torch=={SUPPORTED_TORCH}.0"
-    ) from e
+_DESCRIPTORS = "torch._functorch._aot_autograd.descriptors"
+_LAZY = {
+    "run_functionalized_fw_and_collect_metadata": "torch._functorch._aot_autograd.collect_metadata_analysis",
+    "AOTInput": _DESCRIPTORS,
+    "AOTOutput": _DESCRIPTORS,
+    "BufferAOTInput": _DESCRIPTORS,
+    "GradAOTOutput": _DESCRIPTORS,
+    "InputMutationAOTOutput": _DESCRIPTORS,
+    "IntermediateBaseAOTOutput": _DESCRIPTORS,
+    "ParamAOTInput": _DESCRIPTORS,
+    "PlainAOTInput": _DESCRIPTORS,
+    "PlainAOTOutput": _DESCRIPTORS,
+    "SavedForBackwardsAOTOutput": _DESCRIPTORS,
+    "TangentAOTInput": _DESCRIPTORS,
+    "MutationType": "torch._functorch._aot_autograd.schemas",
+    "OutputType": "torch._functorch._aot_autograd.schemas",
+    "ViewAndMutationMeta": "torch._functorch._aot_autograd.schemas",
+    "aot_compile_joint_with_descriptors": "torch._functorch.aot_autograd",
+    "aot_export_joint_with_descriptors": "torch._functorch.aot_autograd",
+    "default_partition": "torch._functorch.partitioners",
+    "min_cut_rematerialization_partition": "torch._functorch.partitioners",
+    "FakeTensor": "torch._subclasses.fake_tensor",
+    "FakeTensorMode": "torch._subclasses.fake_tensor",
+}
+
+
+def _private(name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    except (ImportError, AttributeError) as e:  # pragma: no cover - depends on the installed torch
+        raise UnsupportedTorchError(
+            f"aotc needs torch {SUPPORTED_TORCH}.x, but torch {torch.__version__} lacks "
+            f"{_LAZY[name]}.{name}, which it uses. Install the supported version: "
+            f"pip install torch=={SUPPORTED_TORCH}.0"
+        ) from e
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = _private(name)
+        globals()[name] = value
+        return value
+    if name == "PARTITIONERS":
+        value = {"min-cut": _private("min_cut_rematerialization_partition"), "default": _private("default_partition")}
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'aotc._torch_compat' has no attribute {name!r}")
+
+
+PARTITIONER_NAMES = ("min-cut", "default")
+
+
+def reference_metadata(fn, flat_args: list):
+    """AOTAutograd's own mutation/alias analysis of `fn(*flat_args)`.
+
+    An independent path to the same facts capture records (used by the tests to check
+    aotc's metadata against torch's). `flat_args` are real tensors; they are faked here
+    so nothing is mutated.
+    """
+    mode = _private("FakeTensorMode")()
+    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in flat_args]
+    plain = _private("PlainAOTInput")
+    descs = [plain(i) for i in range(len(fake_args))]
+    with mode:
+        return _private("run_functionalized_fw_and_collect_metadata")(
+            fn, flat_args_descs=descs, keep_input_mutations=False
+        )(*fake_args)
+
 
 def inductor_cpu_isa():
     """The vector ISA inductor compiles CPU kernels for (it probes by compiling; slow once)."""
@@ -66,51 +103,13 @@ def inductor_cpp_compiler() -> str:
     return get_cpp_compiler()
 
 
-PARTITIONERS = {
-    "min-cut": min_cut_rematerialization_partition,
-    "default": default_partition,
-}
+def aoti_package_runner(path: str, device_index: int):
+    """An AOTInductor package's `boxed_run`, loaded without torch's Python wrapper.
 
-__all__ = [
-    "AOTInput",
-    "AOTOutput",
-    "BufferAOTInput",
-    "FakeTensor",
-    "FakeTensorMode",
-    "GradAOTOutput",
-    "InputMutationAOTOutput",
-    "IntermediateBaseAOTOutput",
-    "MutationType",
-    "OpOverload",
-    "OutputType",
-    "PARTITIONERS",
-    "ParamAOTInput",
-    "PlainAOTInput",
-    "PlainAOTOutput",
-    "SavedForBackwardsAOTOutput",
-    "TangentAOTInput",
-    "ViewAndMutationMeta",
-    "inductor_cpp_compiler",
-    "inductor_cpu_isa",
-    "aot_compile_joint_with_descriptors",
-    "aot_export_joint_with_descriptors",
-    "pytree",
-    "reference_metadata",
-    "run_functionalized_fw_and_collect_metadata",
-]
-
-
-def reference_metadata(fn, flat_args: list) -> ViewAndMutationMeta:
-    """AOTAutograd's own mutation/alias analysis of `fn(*flat_args)`.
-
-    An independent path to the same facts capture records (used by the tests to check
-    aotc's metadata against torch's). `flat_args` are real tensors; they are faked here
-    so nothing is mutated.
+    `torch._inductor.aoti_load_package` first calls `get_device_information`, which picks
+    the CPU vector ISA by compiling probe programs (seconds with a cold inductor cache;
+    pytorch issue 191715) only to log a warning on mismatch. aotc checks the build
+    fingerprint from /proc/cpuinfo instead, so it loads the package directly.
     """
-    mode = FakeTensorMode()
-    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in flat_args]
-    descs = [PlainAOTInput(i) for i in range(len(fake_args))]
-    with mode:
-        return run_functionalized_fw_and_collect_metadata(
-            fn, flat_args_descs=descs, keep_input_mutations=False
-        )(*fake_args)
+    loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+    return loader.boxed_run

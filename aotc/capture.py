@@ -488,9 +488,9 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
     """
     if options.mode not in MODES:
         raise CaptureError(f"unknown capture mode '{options.mode}'; expected one of {sorted(MODES)}")
-    if options.partitioner not in tc.PARTITIONERS:
+    if options.partitioner not in tc.PARTITIONER_NAMES:
         raise CaptureError(
-            f"unknown partitioner '{options.partitioner}'; expected one of {sorted(tc.PARTITIONERS)}"
+            f"unknown partitioner '{options.partitioner}'; expected one of {list(tc.PARTITIONER_NAMES)}"
         )
     training = options.train or options.mode != "inference"
     if options.mode != "inference" and loss is None and options.mode == "joint":

@@ -43,8 +43,8 @@ def compile_graph(program, example_inputs: list, package_path: Path) -> None:
 class CompiledGraph:
     """An AOTInductor package as a callable over flat tensors, returning a list."""
 
-    def __init__(self, model):
-        self._run = model.loader.boxed_run
+    def __init__(self, run):
+        self._run = run
 
     def __call__(self, *args):
         return self._run(list(args))
@@ -61,10 +61,10 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
             + f" Run: aotc compile {bundle.path} --device {device.type}"
         )
     check_fingerprint(entry.build, device, f"'{rel}' in bundle '{bundle.path}'")
-    from torch._inductor import aoti_load_package
+    from aotc._torch_compat import aoti_package_runner
 
     index = device.index if device.index is not None else -1
-    return CompiledGraph(aoti_load_package(str(bundle.path / rel), device_index=index))
+    return CompiledGraph(aoti_package_runner(str(bundle.path / rel), index))
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:

@@ -8,12 +8,15 @@ its signature.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from aotc.bundle import file_entry
-from aotc.capture import Capture, CapturedGraph
 from aotc.schema import FileEntry
+
+if TYPE_CHECKING:
+    from aotc.capture import Capture, CapturedGraph
 
 FORMAT = "fx"
 
