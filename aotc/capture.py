@@ -116,12 +116,12 @@ class FlatCall(torch.nn.Module):
     dropping Nones) to wrap that way, `size_inputs` input positions to unwrap.
     """
 
-    def __init__(self, fn, keep: list[int], tangents: list[tuple[int, torch.dtype, bool]] | None = None,
+    def __init__(self, fn, keep: list[int], tangents: list[torch.dtype] | None = None,
                  size_outputs: frozenset[int] = frozenset(), size_inputs: frozenset[int] = frozenset()):
         super().__init__()
         self.fn = fn
         self.keep = keep
-        self.tangents = tangents  # joint graphs: (position, dtype, is_loss) per tangent
+        self.tangents = tangents  # joint graphs: the loss's dtype; its tangent is 1
         self.size_outputs = size_outputs
         self.size_inputs = size_inputs
 
@@ -131,10 +131,7 @@ class FlatCall(torch.nn.Module):
         if self.tangents is None:
             outs = self.fn(*args)
         else:
-            tangents = [
-                (torch.ones if is_loss else torch.zeros)((), dtype=dtype) for _, dtype, is_loss in self.tangents
-            ]
-            outs = self.fn(list(args), tangents)
+            outs = self.fn(list(args), [torch.ones((), dtype=dtype) for dtype in self.tangents])
         outs = pytree.tree_flatten(outs, is_leaf=lambda x: x is None)[0]
         kept = [outs[i] for i in self.keep]
         return tuple(size_carrier(v) if i in self.size_outputs else v for i, v in enumerate(kept))
@@ -572,10 +569,12 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         user_out_values = _run_user_outputs(graphs["inference"])
     elif options.mode == "joint":
         tangent_nodes = [p for p in _placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
-        tangents = [
-            (i, n.meta["val"].dtype, isinstance(n.meta["desc"].output, tc.PlainAOTOutput))
-            for i, n in enumerate(tangent_nodes)
-        ]
+        if any(not isinstance(n.meta["desc"].output, tc.PlainAOTOutput) for n in tangent_nodes):
+            raise CaptureError(
+                f"{type(model).__name__} mutates an input that requires grad; a joint graph supports "
+                "the loss as its only differentiable output. Export with --autograd instead."
+            )
+        tangents = [n.meta["val"].dtype for n in tangent_nodes]
         graphs["joint"] = _finish("joint", jgm, primal_slots, names, real_primals, fake_primals, tangents=tangents)
         user_out_values = _run_user_outputs(graphs["joint"])
     else:

@@ -37,7 +37,7 @@ def bench(name: str, root: Path, iters: int, repeats: int) -> dict:
     bundle = aotc.export(spec.module.eval(), spec.args, root / name, force=True)
     loaded = aotc.load(bundle.path)
     program = loaded._programs["inference"]
-    graph = loaded._graphs["inference"]
+    graph = program.graph
     args = [a.clone() for a in spec.args]
     primals = program.primals(list(args))
     model = spec.module.eval()

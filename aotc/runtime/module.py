@@ -27,9 +27,10 @@ class Program:
     """One captured program (inference, forward+backward, or joint) ready to call."""
 
     def __init__(self, root: nn.Module, kind: str, signature: GraphSignature, meta: ProgramMeta,
-                 bundle: Bundle, training: bool, guard_names):
+                 training: bool, user_inputs, graph: Graph):
         self.kind = kind
         self.signature = signature
+        self.graph = graph
         # Where each graph input comes from: ("state", table, name) or ("user", index).
         self.sources = []
         for slot in signature.inputs:
@@ -38,15 +39,13 @@ class Program:
             else:
                 self.sources.append(("user", slot.index, None))
         self.epilogue = Epilogue(meta, signature, training)
-        self.guard = build_guard(meta, guard_names)
+        self.guard = build_guard(meta, user_inputs)
         self.requires_grad = [i.requires_grad for i in meta.inputs]
-        self.graph: Graph | None = None  # set by LoadedModule once the backend is loaded
         self._state = [(table, name) for src, table, name in self.sources if src == "state"]
         self._user = [table for src, table, _ in self.sources if src == "user"]
         # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
-        self._layout_simple = [src for src, _, _ in self.sources] == ["state"] * len(self._state) + ["user"] * len(
-            self._user
-        )
+        kinds = [src for src, _, _ in self.sources]
+        self._layout_simple = kinds == ["state"] * len(self._state) + ["user"] * len(self._user)
 
     def primals(self, flat) -> list:
         if self._layout_simple:
@@ -89,12 +88,10 @@ class LoadedModule(nn.Module):
         self._checks = build_checks(meta, sig.user_inputs)
         self._captured_training = meta.training
         self._graph_kinds = list(sig.graphs)
-        self._graphs = graphs
-        self._programs: dict[str, Program] = {}
-        for kind, program_meta in meta.programs.items():
-            graph_sig = sig.graphs[kind]
-            self._programs[kind] = Program(self, kind, graph_sig, program_meta, bundle, meta.training, sig.user_inputs)
-            self._programs[kind].graph = graphs[kind]
+        self._programs = {
+            kind: Program(self, kind, sig.graphs[kind], program_meta, meta.training, sig.user_inputs, graphs[kind])
+            for kind, program_meta in meta.programs.items()
+        }
         if "forward" in self._programs:
             self._training_graphs = TrainingGraphs.build(
                 graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"]
@@ -182,7 +179,7 @@ class LoadedModule(nn.Module):
             program.guard.check(flat)
         primals = program.primals(flat)
         with torch.no_grad():
-            outs = list(self._graphs["joint"](*primals))
+            outs = list(program.graph(*primals))
         program.epilogue.apply(primals, outs)
         names = [s.name for s in program.signature.inputs]
         loss = None
