@@ -103,6 +103,17 @@ def inductor_cpp_compiler() -> str:
     return get_cpp_compiler()
 
 
+def onnx_unsupported_ops(graph) -> list[str]:
+    """Operators in an FX graph that torch.onnx's op registry cannot translate."""
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
+
+    registry = ONNXRegistry.from_torchlib()
+    return sorted({
+        str(n.target) for n in graph.nodes
+        if n.op == "call_function" and isinstance(n.target, OpOverload) and not registry.is_registered(n.target)
+    })
+
+
 def aoti_package_runner(path: str, device_index: int):
     """An AOTInductor package's `boxed_run`, loaded without torch's Python wrapper.
 

@@ -89,6 +89,27 @@ def staging_dir(out: Path, force: bool) -> Iterator[Path]:
         raise
 
 
+def update_bundle(bundle: "Bundle", add, replaced: set[str]) -> "Bundle":
+    """Add files to an existing bundle atomically and return the reopened bundle.
+
+    A staging copy (hard links, so no data is copied) gets `add(root) -> [FileEntry]` and
+    a new manifest, then replaces the bundle. Entries in `replaced` are dropped first.
+    """
+    import dataclasses
+    import os
+
+    with staging_dir(bundle.path, force=True) as root:
+        shutil.copytree(bundle.path, root, copy_function=os.link, dirs_exist_ok=True)
+        for rel in replaced:
+            if (root / rel).exists():
+                (root / rel).unlink()  # a hard link into the old bundle: never write through it
+        kept = [f for f in bundle.manifest.files if f.path not in replaced]
+        entries = kept + add(root)
+        (root / MANIFEST).unlink()
+        write_json(root / MANIFEST, dataclasses.replace(bundle.manifest, files=entries))
+    return Bundle.open(bundle.path)
+
+
 def _make_readable(root: Path) -> None:
     """mkdtemp and safetensors create owner-only files; give them the usual umask modes."""
     umask = os.umask(0)

@@ -362,6 +362,12 @@ def _view_chain(node: Any, stop: set[Any]) -> tuple[list[str], int | None]:
     return list(reversed(chain)), offset
 
 
+def _chain_root(node: torch.fx.Node, length: int) -> torch.fx.Node:
+    for _ in range(length):
+        node = node.args[0]
+    return node
+
+
 def _program_meta(
     jd_gm: torch.fx.GraphModule,
     fw_metadata: Any,
@@ -393,6 +399,9 @@ def _program_meta(
     nodes = _flat_output_nodes(jd_gm)
     user_out_nodes = {d.idx: n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput)}
     placeholder_nodes = set(_placeholders(jd_gm))
+    out_node_index = {}
+    for i in sorted(user_out_nodes):
+        out_node_index.setdefault(user_out_nodes[i], i)
     outputs = []
     for i, info in enumerate(fw_metadata.output_info):
         kind = info.output_type.name
@@ -407,6 +416,15 @@ def _program_meta(
         real = real_outputs[i] if i < len(real_outputs) else None
         node = user_out_nodes.get(i)
         chain, offset = _view_chain(node, placeholder_nodes) if base is not None and node is not None else ([], None)
+        same_as = view_of = None
+        if kind in ("non_alias", "unsafe_view_alias") and node is not None:
+            if out_node_index.get(node, i) != i:
+                same_as = out_node_index[node]
+            else:
+                root_chain, root_offset = _view_chain(node, set(out_node_index) - {node})
+                root = _chain_root(node, len(root_chain))
+                if root_chain and root in out_node_index and out_node_index[root] != i:
+                    view_of, chain, offset = out_node_index[root], root_chain, root_offset
         outputs.append(
             OutputMeta(
                 index=i,
@@ -419,6 +437,8 @@ def _program_meta(
                 else None,
                 view_replay=chain,
                 view_offset=offset,
+                same_as_output=same_as,
+                view_of_output=view_of,
             )
         )
     return ProgramMeta(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from aotc.bundle import MANIFEST, Bundle, file_entry, load_exported_program, staging_dir, write_json
+from aotc.bundle import Bundle, file_entry, load_exported_program, update_bundle
 from aotc.errors import AotcError
 from aotc.fingerprint import build_fingerprint, cpu_flags
 
@@ -144,17 +144,13 @@ def compile(
     cache = cache if use_cache else None
     from aotc.exporters import aoti
 
-    with staging_dir(bundle.path, force=True) as root:
-        shutil.copytree(bundle.path, root, copy_function=os.link, dirs_exist_ok=True)
-        new_paths = {aoti.artifact_path(d.type, k) for d in targets for k in bundle.graph_kinds}
-        entries = [f for f in bundle.manifest.files if f.path not in new_paths]
+    def add(root: Path) -> list:
+        entries = []
         for device in targets:
             for kind in bundle.graph_kinds:
                 rel = aoti.artifact_path(device.type, kind)
                 target = root / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if target.exists():
-                    target.unlink()  # a hard link to the old bundle's file: never write through it
                 if on_graph:
                     on_graph(kind, device.type, "start")
                 fingerprint, cached = _compile_one(bundle, kind, device, target, cache)
@@ -162,6 +158,7 @@ def compile(
                 entries.append(dataclasses.replace(entry, build=fingerprint))
                 if on_graph:
                     on_graph(kind, device.type, "cached" if cached else "compiled")
-        (root / MANIFEST).unlink()
-        write_json(root / MANIFEST, dataclasses.replace(bundle.manifest, files=entries))
-    return Bundle.open(bundle.path)
+        return entries
+
+    replaced = {aoti.artifact_path(d.type, k) for d in targets for k in bundle.graph_kinds}
+    return update_bundle(bundle, add, replaced)

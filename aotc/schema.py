@@ -220,6 +220,11 @@ class OutputMeta:
     tensor: TensorMeta | None
     view_replay: list[str] = field(default_factory=list)
     view_offset: int | None = None
+    # Under no_grad AOTAutograd calls every view of an intermediate "non_alias"; eager still
+    # returns the same tensor twice, or a view of another output. Recorded from the graph
+    # so backends that copy outputs (ONNX) alias them as eager does.
+    same_as_output: int | None = None
+    view_of_output: int | None = None
 
 
 @dataclass(frozen=True)

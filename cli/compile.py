@@ -27,11 +27,12 @@ def _is_bundle(target: str) -> bool:
 @debug_option
 @handles_errors
 def compile_command(target, devices, cache_dir, no_cache, output, joint, autograd, train, entry, checkpoint,
-                    dynamic, partitioner, force, as_json, debug):
+                    dynamic, partitioner, force, with_onnx, opset, as_json, debug):
     """Compile every graph of a bundle with AOTInductor, for each --device.
 
     TARGET is a model file (exported first, as by aotc export) or an existing bundle,
-    which gets compiled/<device>/<kind>.pt2 added in place.
+    which gets compiled/<device>/<kind>.pt2 (and with --onnx, onnx/<kind>.onnx) added in
+    place.
 
     \b
     Examples:
@@ -53,9 +54,15 @@ def compile_command(target, devices, cache_dir, no_cache, output, joint, autogra
             if output and Path(output).resolve() != Path(target).resolve():
                 raise click.UsageError("-o is for model files; a bundle is compiled in place.")
             bundle_path = Path(target)
+            if with_onnx:
+                from aotc.exporters.onnx import add_to_bundle
+
+                phases.start("onnx")
+                add_to_bundle(bundle_path, opset=opset)
+                phases.finish()
         else:
             _, bundle = run_export(phases, target, output, joint, autograd, train, entry, checkpoint, dynamic,
-                                   partitioner, force)
+                                   partitioner, force, with_onnx, opset)
             bundle_path = bundle.path
     finally:
         phases.abort()

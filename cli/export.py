@@ -75,12 +75,15 @@ def export_options(fn):
             help="How --autograd splits the joint graph into forward and backward.",
         ),
         click.option("--force", is_flag=True, help="Replace an existing bundle at the output path."),
+        click.option("--onnx", "with_onnx", is_flag=True, help="Also write onnx/<kind>.onnx (torch.onnx, dynamo)."),
+        click.option("--opset", type=int, help="ONNX opset [default: 18]."),
     ]):
         fn = decorator(fn)
     return fn
 
 
-def run_export(phases: Phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force):
+def run_export(phases: Phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force,
+               with_onnx=False, opset=None):
     """Load the model file and export it, reporting phases; returns (spec, bundle)."""
     graphs = mode_from_flags(joint, autograd)
     cli_dims = parse_dynamic(dynamic)
@@ -105,6 +108,11 @@ def run_export(phases: Phases, model, output, joint, autograd, train, entry, che
         checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
         on_phase=phases.start,
     )
+    if with_onnx:
+        phases.start("onnx")
+        from aotc.exporters.onnx import add_to_bundle
+
+        bundle = add_to_bundle(bundle.path, opset=opset)
     phases.finish()
     return spec, bundle
 
@@ -143,7 +151,8 @@ def print_graph_table(out, summary: dict) -> None:
 @json_option
 @debug_option
 @handles_errors
-def export_command(model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force, as_json, debug):
+def export_command(model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force, with_onnx,
+                   opset, as_json, debug):
     """Capture MODEL (a model file or package.module:factory) into a bundle.
 
     \b
@@ -151,12 +160,14 @@ def export_command(model, output, joint, autograd, train, entry, checkpoint, dyn
       aotc export sample_models/mlp.py -o bundles/mlp
       aotc export sample_models/mlp.py --joint -o bundles/mlp-joint
       aotc export sample_models/mlp.py --autograd --dynamic x:0 -o bundles/mlp-fb
+      aotc export sample_models/cnn.py --onnx -o bundles/cnn
     """
     out = console()
     phases = Phases(out)
     started = time.perf_counter()
     try:
-        spec, bundle = run_export(phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force)
+        spec, bundle = run_export(phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner,
+                                  force, with_onnx, opset)
     finally:
         phases.abort()
     timings = dict(phases.times, total=time.perf_counter() - started)

@@ -74,6 +74,11 @@ def _render(info: dict, top_ops: int) -> None:
     for f in m["files"]:
         files.add_row(f["path"], f["kind"], human_size(f["size"]), f["sha256"][:16])
     out.print(files)
+    for f in m["files"]:
+        if f["kind"] == "onnx" and f["build"]:
+            b = f["build"]
+            out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "
+                      f"outputs {b['outputs'].replace(',', ', ')}")
 
     for program, meta in info["metadata"]["programs"].items():
         inputs = _table(f"{program}: inputs", "#", "kind", "name", "shape", "dtype", "grad", "mutated")

@@ -92,10 +92,31 @@ def compiled(sample_bundles, corpus_bundles) -> bool:
     return True
 
 
-def backend_fixture(request, backend: str) -> None:
-    """For tests parametrized over backends: make sure aoti artifacts exist first."""
+@pytest.fixture(scope="session")
+def onnx_exported(corpus_bundles) -> dict[Path, str]:
+    """Add ONNX models to every eval corpus bundle; bundle -> refusal message where
+    aotc refused the export (the message names the operators or outputs)."""
+    from aotc.errors import AotcError
+    from aotc.exporters.onnx import add_to_bundle
+
+    refused = {}
+    for (name, mode), path in corpus_bundles.items():
+        if mode == "eval":
+            try:
+                add_to_bundle(path)
+            except AotcError as e:
+                refused[path] = str(e)
+    return refused
+
+
+def backend_fixture(request, backend: str, bundle: Path | None = None) -> None:
+    """For tests parametrized over backends: make sure the artifacts exist first."""
     if backend == "aoti":
         request.getfixturevalue("compiled")
+    if backend == "onnx":
+        refused = request.getfixturevalue("onnx_exported")
+        if bundle in refused:
+            pytest.skip(f"ONNX export refused: {refused[bundle]}")
 
 
 def fresh_sample(name: str):

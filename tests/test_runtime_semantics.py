@@ -20,7 +20,7 @@ from corpus import BY_NAME, CASES
 BACKENDS = ["fx", pytest.param("aoti", marks=pytest.mark.slow)]
 # fx runs eager's kernels: only rounding differs. AOTInductor fuses and reorders float
 # math, so its results differ from eager by a few ulps more.
-TOL = {"fx": dict(rtol=1e-5, atol=1e-6), "aoti": dict(rtol=1e-4, atol=1e-5)}
+TOL = {"fx": dict(rtol=1e-5, atol=1e-6), "aoti": dict(rtol=1e-4, atol=1e-5), "onnx": dict(rtol=1e-4, atol=1e-5)}
 
 
 def _shares(a, b) -> bool:
@@ -94,10 +94,14 @@ def _train_backward(outputs: list, seed: int) -> None:
     torch.autograd.backward(tensors, grads)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [*BACKENDS, "onnx"])
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_eval_matches_eager(request, corpus_bundles, name, backend):
-    backend_fixture(request, backend)
+    backend_fixture(request, backend, corpus_bundles[(name, "eval")])
+    if backend == "onnx" and name == "two_views_of_one_intermediate":
+        # Under no_grad the graph does not return the views' base, and onnxruntime copies
+        # every output: the two views come back equal in value but not sharing memory.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="ONNX outputs cannot share an unreturned base"))
     case = BY_NAME[name]
     loaded = aotc.load(corpus_bundles[(name, "eval")], backend=backend)
     eager = case.build().eval()

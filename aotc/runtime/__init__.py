@@ -8,7 +8,7 @@ from aotc.bundle import Bundle
 from aotc.errors import AotcError, ModeError
 from aotc.runtime.module import LoadedModule
 
-BACKENDS = ("auto", "fx", "aoti")
+BACKENDS = ("auto", "fx", "aoti", "onnx")
 MODES = ("eval", "train")
 
 
@@ -17,8 +17,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
 
     `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
     forward+backward bundle (call it, then .backward()) or a joint one (`train_step`).
-    `backend`: "aoti" (compiled artifacts), "fx" (the ExportedPrograms), or "auto": aoti
-    when the bundle has artifacts for the device, else fx.
+    `backend`: "aoti" (compiled artifacts), "fx" (the ExportedPrograms), "onnx"
+    (onnxruntime), or "auto": aoti when the bundle has artifacts for the device, else fx.
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")

@@ -32,6 +32,8 @@ class OutputPlan:
     kind: str
     base_idx: int | None
     view_offset: int | None
+    same_as: int | None = None  # the same tensor as user output `same_as`
+    view_of: int | None = None  # a view of user output `view_of`
 
 
 class Epilogue:
@@ -55,11 +57,16 @@ class Epilogue:
                 )
             )
         user = {s.index: i for i, s in enumerate(signature.outputs) if s.role in ("user_output", "loss")}
-        self.outputs = [OutputPlan(user[o.index], o.output_type, o.base_idx, o.view_offset) for o in meta.outputs]
+        self.outputs = [
+            OutputPlan(user[o.index], o.output_type, o.base_idx, o.view_offset, o.same_as_output, o.view_of_output)
+            for o in meta.outputs
+        ]
         self.bases = [i for i, s in enumerate(signature.outputs) if s.role == "intermediate_base"]
         self.grad_enabled_mutation = meta.grad_enabled_mutation
-        self.trivial = not self.mutations and all(o.kind in _PLAIN for o in self.outputs) and (
-            self.grad_enabled_mutation is None
+        self.trivial = (
+            not self.mutations
+            and all(o.kind in _PLAIN and o.same_as is None and o.view_of is None for o in self.outputs)
+            and self.grad_enabled_mutation is None
         )
 
     def apply(self, primals: list, outs: list) -> list:
@@ -82,6 +89,10 @@ class Epilogue:
                 results[i] = _view_of(results[plan.base_idx], raw, plan.view_offset)
             elif plan.kind not in _PLAIN:  # alias_of_intermediate, ..._save_as_output
                 results[i] = _view_of(outs[self.bases[plan.base_idx]], raw, plan.view_offset)
+            elif plan.same_as is not None:
+                results[i] = results[plan.same_as]
+            elif plan.view_of is not None:
+                results[i] = _view_of(results[plan.view_of], raw, plan.view_offset)
         if self.grad_enabled_mutation is not None:
             torch.set_grad_enabled(self.grad_enabled_mutation)
         return results

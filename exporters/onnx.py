@@ -1,0 +1,171 @@
+"""The `onnx` format: a bundle graph as an ONNX model, run by onnxruntime.
+
+`onnx/<kind>.onnx` comes from `torch.onnx.export(..., dynamo=True)` of the bundle's flat,
+functional graph, so input and buffer mutations are extra ONNX outputs named as in the
+bundle's signature (`mutated:<name>`), and the runtime's epilogue applies them exactly as
+for the other backends. Dynamic dims of the graph become ONNX dynamic axes. Opset,
+inputs and outputs are recorded in the manifest, so `aotc inspect` shows them without
+reading the model.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from aotc.errors import AotcError, BundleError
+
+FORMAT = "onnx"
+DEFAULT_OPSET = 18
+
+
+def artifact_path(kind: str) -> str:
+    return f"onnx/{kind}.onnx"
+
+
+def onnx_names(slot_names: list[str]) -> list[str]:
+    """Slot names as ONNX value names: [A-Za-z0-9_] only, and unique (a tied weight is
+    one name passed twice)."""
+    names: list[str] = []
+    for slot in slot_names:
+        base = name = re.sub(r"[^A-Za-z0-9_]", "_", slot)
+        k = 1
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        names.append(name)
+    return names
+
+
+def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> dict[str, str]:
+    """Write the bundle's `kind` graph as ONNX to `target`; returns the manifest build info."""
+    import warnings
+
+    from aotc import _torch_compat as tc
+    from aotc.bundle import load_exported_program
+    from aotc.compiler import example_graph_inputs
+
+    program = load_exported_program(bundle.graph_path(kind))
+    example = example_graph_inputs(bundle, kind, torch.device("cpu"))
+    sig = bundle.signature.graphs[kind]
+    inputs = onnx_names([s.name for s in sig.inputs])
+    outputs = onnx_names([s.name for s in sig.outputs])
+    opset = opset or DEFAULT_OPSET
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exported = torch.onnx.export(
+                program, tuple(example), dynamo=True, opset_version=opset, input_names=inputs,
+                output_names=outputs, verbose=False, report=False,
+            )
+    except Exception as e:
+        unsupported = tc.onnx_unsupported_ops(program.graph)
+        detail = f"operators without an ONNX translation: {', '.join(unsupported)}" if unsupported else (
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        )
+        raise AotcError(f"The {kind} graph cannot be exported to ONNX opset {opset}; {detail}.") from e
+    target.parent.mkdir(parents=True, exist_ok=True)
+    exported.save(str(target))
+    _check_against_graph(target, program, example, sig, kind)
+    return {"opset": str(opset), "inputs": ",".join(inputs), "outputs": ",".join(outputs),
+            "torch": torch.__version__}
+
+
+def _check_against_graph(path: Path, program, example: list, sig, kind: str) -> None:
+    """Refuse an ONNX model that onnxruntime does not run like the graph it came from
+    (ONNX's training-mode batch norm and random ops differ from torch's, for example)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = OnnxGraph(session, [None] * len(sig.outputs))(*example)
+    with torch.no_grad():
+        expected = program.graph_module(*example)
+    wrong = []
+    for slot, a, b in zip(sig.outputs, got, expected):
+        if a.shape != b.shape or not torch.allclose(a.to(b.dtype), b, rtol=1e-3, atol=1e-4):
+            err = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else float("nan")
+            wrong.append(f"{slot.name} (max abs error {err:.3g})")
+    if wrong:
+        path.unlink()
+        raise AotcError(
+            f"onnxruntime does not reproduce the {kind} graph: {', '.join(wrong[:5])}"
+            + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else "")
+            + ". ONNX translates some torch semantics differently (training-mode batch norm, random "
+            "ops); use the fx or aoti backend for this graph."
+        )
+
+
+class OnnxGraph:
+    """An onnxruntime session as a callable over flat tensors, returning a list.
+
+    ONNX has no strides: outputs whose strides the graph fixes (static shapes) are laid out
+    as the graph would lay them out, so the epilogue rebuilds views exactly as for fx.
+    """
+
+    def __init__(self, session, strides: list[tuple[int, ...] | None]):
+        self._session = session
+        self._inputs = [i.name for i in session.get_inputs()]
+        self._strides = strides
+
+    def __call__(self, *args):
+        feeds = {name: a.detach().contiguous().cpu().numpy() for name, a in zip(self._inputs, args)}
+        outs = [torch.from_numpy(o) for o in self._session.run(None, feeds)]
+        for i, stride in enumerate(self._strides):
+            if stride is not None and outs[i].stride() != stride:
+                outs[i] = torch.empty_strided(outs[i].shape, stride, dtype=outs[i].dtype).copy_(outs[i])
+        return outs
+
+
+def _static_strides(bundle, kind: str) -> list[tuple[int, ...] | None]:
+    from aotc.bundle import load_exported_program
+
+    program = load_exported_program(bundle.graph_path(kind))
+    vals = [n.meta.get("val") for n in program.graph.find_nodes(op="output")[0].args[0]]
+    strides = []
+    for v in vals:
+        static = isinstance(v, torch.Tensor) and all(isinstance(s, int) for s in (*v.shape, *v.stride()))
+        strides.append(tuple(v.stride()) if static else None)
+    return strides
+
+
+def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
+    rel = artifact_path(kind)
+    if bundle.manifest.file(rel) is None:
+        raise BundleError(
+            f"Bundle '{bundle.path}' has no ONNX {kind} graph. Run: aotc compile {bundle.path} --onnx"
+        )
+    import onnxruntime as ort
+
+    providers = ["CPUExecutionProvider"]
+    if device.type == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise BundleError("onnxruntime has no CUDA execution provider here; use device='cpu' for backend='onnx'.")
+        providers.insert(0, "CUDAExecutionProvider")
+    session = ort.InferenceSession(str(bundle.path / rel), providers=providers)
+    return OnnxGraph(session, _static_strides(bundle, kind))
+
+
+def has_artifacts(bundle, device: torch.device) -> bool:
+    return all(bundle.manifest.file(artifact_path(k)) is not None for k in bundle.graph_kinds)
+
+
+def add_to_bundle(path, kinds: list[str] | None = None, opset: int | None = None):
+    """Export the bundle's graphs (default: all) to ONNX, in place; returns the new Bundle."""
+    import dataclasses
+
+    from aotc.bundle import Bundle, file_entry, update_bundle
+
+    bundle = Bundle.open(path)
+    kinds = kinds or bundle.graph_kinds
+
+    def add(root: Path) -> list:
+        entries = []
+        for kind in kinds:
+            rel = artifact_path(kind)
+            build = export_graph(bundle, kind, root / rel, opset)
+            entries.append(dataclasses.replace(file_entry(root, rel, "onnx", graph=kind, device="cpu"), build=build))
+        return entries
+
+    return update_bundle(bundle, add, {artifact_path(k) for k in kinds})
