@@ -87,9 +87,15 @@ def export(
         on_phase("write")
     from aotc.exporters import EXPORTERS
 
+    from aotc import reference
+    from safetensors.torch import save_file
+
+    names = [u.name for u in captured.user_inputs]
+    golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training)
     with staging_dir(out, force) as root:
         _write_weights(captured, root)
-        entries = [file_entry(root, WEIGHTS, "weights")]
+        save_file({k: v.contiguous() for k, v in golden.items()}, str(root / reference.REFERENCE))
+        entries = [file_entry(root, WEIGHTS, "weights"), file_entry(root, reference.REFERENCE, "reference")]
         entries += EXPORTERS["fx"].write(captured, root)
         signature = Signature(
             in_spec=_dumps(captured.in_spec),
@@ -122,6 +128,7 @@ def export(
             graph_kinds=list(captured.graphs),
             partitioner=captured.partitioner,
             files=entries,
+            tolerances=tolerances,
         )
         write_json(root / MANIFEST, manifest)
     return Bundle.open(out)

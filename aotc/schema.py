@@ -84,6 +84,8 @@ class Manifest:
     graph_kinds: list[GraphKind]
     partitioner: str | None
     files: list[FileEntry]
+    # [rtol, atol] for each entry of reference.safetensors that verify compares
+    tolerances: dict[str, list[float]] = field(default_factory=dict)
 
     def file(self, path: str) -> FileEntry | None:
         return next((f for f in self.files if f.path == path), None)

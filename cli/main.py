@@ -11,6 +11,7 @@ from aotc.cli.compile import compile_command
 from aotc.cli.export import export_command
 from aotc.cli.inspect import inspect_command
 from aotc.cli.run import run_command
+from aotc.cli.verify import verify_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,6 +24,7 @@ def cli():
     aotc compile bundles/mlp                             add AOTInductor artifacts
     aotc inspect bundles/mlp                             show what a bundle holds
     aotc run bundles/mlp                                 call it once on random inputs
+    aotc verify bundles/mlp                              check every artifact against eager
     """
 
 
@@ -30,6 +32,7 @@ cli.add_command(export_command)
 cli.add_command(compile_command)
 cli.add_command(inspect_command)
 cli.add_command(run_command)
+cli.add_command(verify_command)
 
 
 def main() -> None:

@@ -144,19 +144,32 @@ def build_guard(program: ProgramMeta, user_inputs: list[UserInput]) -> AliasGuar
     return AliasGuard([u.name for u in user_inputs], duplicates, mutated)
 
 
-def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torch.device = "cpu"):
+def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torch.device = "cpu",
+                  vary_dynamic: bool = False):
     """(args, kwargs) of random tensors shaped like the example inputs: floats from a normal
-    distribution, integers and bools within the example's value range."""
+    distribution, integers and bools within the example's value range. With
+    `vary_dynamic`, each dynamic size is drawn from its exported range (capped at twice
+    the example's), the same for every input that shares it."""
     from aotc._torch_compat import pytree
 
     g = torch.Generator().manual_seed(seed)
+    sizes: dict[str, int] = {}
     flat = []
     for meta in metadata.user_inputs:
+        shape = list(meta.shape)
+        if vary_dynamic:
+            for dim, d in meta.dynamic_dims.items():
+                if d.symbol not in sizes:
+                    example = meta.shape[int(dim)]
+                    hi = min(d.max if d.max is not None else 2 * example, 2 * example)
+                    lo = min(max(d.min, 1), hi)
+                    sizes[d.symbol] = int(torch.randint(lo, hi + 1, (), generator=g))
+                shape[int(dim)] = sizes[d.symbol]
         dtype = _DTYPES[meta.dtype]
         if dtype.is_floating_point or dtype.is_complex:
-            t = torch.randn(meta.shape, generator=g, dtype=dtype)
+            t = torch.randn(shape, generator=g, dtype=dtype)
         else:
             lo, hi = meta.value_range or [0, 1]
-            t = torch.randint(lo, hi + 1, meta.shape, generator=g).to(dtype)
+            t = torch.randint(lo, hi + 1, shape, generator=g).to(dtype)
         flat.append(t.to(device))
     return pytree.tree_unflatten(flat, in_spec)

@@ -1,0 +1,206 @@
+"""`aotc verify`: every artifact of a bundle against eager PyTorch.
+
+Each artifact (fx; aoti for each device present and usable here; onnx) is loaded through
+`aotc.load` and run on the golden inputs of reference.safetensors; its outputs, the
+inputs and buffers after the call, and for training bundles the loss and every gradient
+are compared with the references under the manifest's per-entry tolerances. When the
+model file is at hand, the eager model is rebuilt too and compared with every artifact
+on random inputs within the exported dynamic ranges. Opening the bundle checks every
+hash first, so a tampered file fails before anything runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from aotc._torch_compat import pytree
+from aotc.bundle import Bundle
+from aotc.errors import AotcError
+from aotc.reference import REFERENCE, backward_with_seeded_grads, clone_tree, run_eager, tolerance
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One artifact's value for one reference entry, against eager."""
+
+    artifact: str
+    name: str
+    max_abs: float
+    max_rel: float
+    rtol: float
+    atol: float
+    passed: bool
+    note: str = ""
+
+
+@dataclass
+class Report:
+    """All checks of one verify run; `ok` only when every check passed."""
+
+    bundle: str
+    checks: list[Check] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+
+def _mode(bundle: Bundle) -> str:
+    kinds = bundle.graph_kinds
+    return "joint" if "joint" in kinds else "autograd" if "forward" in kinds else "inference"
+
+
+def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(label, backend, device) of every artifact runnable here, and notes on the rest."""
+    found = [("fx", "fx", "cpu")]
+    skipped = []
+    for device in sorted({f.device for f in bundle.manifest.files if f.kind == "compiled"}):
+        if device == "cuda" and not torch.cuda.is_available():
+            skipped.append("aoti/cuda: no CUDA device here")
+            continue
+        found.append((f"aoti/{device}", "aoti", device))
+    if any(f.kind == "onnx" for f in bundle.manifest.files):
+        found.append(("onnx", "onnx", "cpu"))
+    return found, skipped
+
+
+def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors) -> Tensors:
+    """Run one artifact like `run_eager` runs the model; `given` supplies grad_outputs."""
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        return _run_artifact(bundle, backend, device, inputs, given)
+
+
+def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors) -> Tensors:
+    import aotc
+
+    mode = _mode(bundle)
+    module = aotc.load(bundle.path, backend=backend, device=device, mode="eval" if mode == "inference" else "train")
+    names = [u.name for u in bundle.signature.user_inputs]
+    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), clone_tree(inputs))
+    flat = pytree.tree_leaves((args, kwargs))
+    torch.manual_seed(0)
+    seen: Tensors = {}
+    outputs: list = []
+    if mode == "inference":
+        with torch.no_grad():
+            outputs = pytree.tree_leaves(module(*args, **kwargs))
+    elif mode == "joint":
+        seen["loss"] = module.train_step(*args, **kwargs)
+    else:
+        outputs = pytree.tree_leaves(module(*args, **kwargs))
+        backward_with_seeded_grads(outputs, 0, given=given)
+    seen |= {f"output[{i}]": o for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)}
+    seen |= {f"after:{n}": t for n, t in zip(names, flat)}
+    seen |= {f"buffer:{k}": b for k, b in module.named_buffers()}
+    seen |= {f"grad:{k}": p.grad for k, p in module.named_parameters() if p.grad is not None}
+    return {k: v.detach().cpu() for k, v in seen.items()}
+
+
+def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict, override) -> list[Check]:
+    checks = []
+    for name, want in expected.items():
+        if name.startswith(("input:", "grad_output")):
+            continue
+        rtol, atol = override if override else tolerances.get(name, tolerance(want))
+        got = actual.get(name)
+        if got is None:
+            checks.append(Check(artifact, name, float("nan"), float("nan"), rtol, atol, False, "missing"))
+            continue
+        if got.shape != want.shape or got.dtype != want.dtype:
+            note = f"shape {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}"
+            checks.append(Check(artifact, name, float("nan"), float("nan"), rtol, atol, False, note))
+            continue
+        diff = (got.double() - want.double()).abs()
+        max_abs = diff.max().item() if diff.numel() else 0.0
+        max_rel = (diff / want.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        passed = bool(torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol).all())
+        checks.append(Check(artifact, name, max_abs, max_rel, rtol, atol, passed))
+    return checks
+
+
+def _golden(bundle: Bundle) -> Tensors:
+    from safetensors.torch import load_file
+
+    if bundle.manifest.file(REFERENCE) is None:
+        raise AotcError(
+            f"Bundle '{bundle.path}' has no {REFERENCE} (exported by an older aotc); export it again "
+            "to verify it."
+        )
+    return load_file(str(bundle.path / REFERENCE))
+
+
+def _golden_inputs(bundle: Bundle, golden: Tensors):
+    names = [u.name for u in bundle.signature.user_inputs]
+    flat = [golden[f"input:{n}"] for n in names]
+    for dup, first in next(iter(bundle.metadata.programs.values())).duplicate_user_inputs.items():
+        flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
+    return pytree.tree_unflatten(flat, pytree.treespec_loads(bundle.signature.in_spec))
+
+
+def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
+           samples: int = 0) -> Report:
+    """Verify every artifact of the bundle at `path`; see the module docstring."""
+    bundle = Bundle.open(path)  # hashes first: a tampered bundle fails before anything runs
+    golden = _golden(bundle)
+    override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5) if (
+        rtol is not None or atol is not None) else None
+    report = Report(str(bundle.path))
+    found, report.skipped = artifacts(bundle)
+    inputs = _golden_inputs(bundle, golden)
+    for label, backend, device in found:
+        actual = run_artifact(bundle, backend, device, inputs, golden)
+        report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
+
+    source = model or bundle.manifest.model.source
+    if samples and source:
+        report.checks += _rebuilt_eager(bundle, source, model is not None, found, samples, override, report)
+    elif samples:
+        report.skipped.append("random samples: the bundle records no model file; pass --model")
+    return report
+
+
+def _rebuilt_eager(bundle, source, explicit, found, samples, override, report) -> list[Check]:
+    from aotc.model_file import load_model
+    from aotc.runtime.inputs import random_inputs
+
+    if not explicit and not Path(source.split(":")[0]).exists() and ":" not in source:
+        report.skipped.append(f"random samples: model file '{source}' is not here; pass --model")
+        return []
+    spec = load_model(source, checkpoint=bundle.manifest.model.checkpoint)
+    mode = _mode(bundle)
+    names = [u.name for u in bundle.signature.user_inputs]
+    in_spec = pytree.treespec_loads(bundle.signature.in_spec)
+    checks = []
+    for sample in range(samples):
+        inputs = random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True)
+        expected = run_eager(copy.deepcopy(spec.module).train(bundle.metadata.training), *inputs, names, mode,
+                             spec.loss, grad_seed=sample + 1)
+        for label, backend, device in found:
+            actual = run_artifact(bundle, backend, device, inputs, expected)
+            checks += compare(f"{label} vs eager (sample {sample + 1})", expected, actual, {}, override)
+    return checks
+
+
+def junit_xml(report: Report) -> str:
+    """One test case per artifact and entry; a failure element for each mismatch."""
+    from xml.sax.saxutils import quoteattr
+
+    failures = sum(not c.passed for c in report.checks)
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuite name="aotc verify" tests="{len(report.checks)}" failures="{failures}">']
+    for c in report.checks:
+        case = f'  <testcase classname={quoteattr(c.artifact)} name={quoteattr(c.name)}'
+        if c.passed:
+            lines.append(case + "/>")
+        else:
+            message = f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} (rtol {c.rtol:g}, atol {c.atol:g}) {c.note}"
+            lines += [case + ">", f"    <failure message={quoteattr(message.strip())}/>", "  </testcase>"]
+    lines.append("</testsuite>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,64 @@
+"""`aotc verify`: check every artifact of a bundle against eager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
+
+
+@click.command("verify")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--model", help="Model file to rebuild eager from [default: the one recorded in the bundle].")
+@click.option("--atol", type=float, help="Absolute tolerance for every check [default: per entry, from the manifest].")
+@click.option("--rtol", type=float, help="Relative tolerance for every check [default: per entry, from the manifest].")
+@click.option("--samples", default=2, show_default=True,
+              help="Random inputs (within the dynamic ranges) to compare with the rebuilt eager model.")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
+@json_option
+@debug_option
+@handles_errors
+def verify_command(bundle, model, atol, rtol, samples, junit_path, as_json, debug):
+    """Run every artifact of BUNDLE (fx, aoti per device, onnx) and compare with eager.
+
+    The golden inputs and eager results in the bundle are always checked; if the model
+    file is at hand, eager is rebuilt and compared on random inputs too. Exit code 0 when
+    every check passes, 1 on any mismatch or a bundle whose hashes do not match.
+
+    \b
+    Examples:
+      aotc verify bundles/cnn
+      aotc verify bundles/mlp-joint --atol 1e-5 --rtol 1e-4 --json --junit report.xml
+    """
+    from aotc.verify import junit_xml, verify
+
+    out = console()
+    with out.status("verifying..."):
+        report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples)
+    if junit_path:
+        junit_path.write_text(junit_xml(report))
+    if as_json:
+        emit_json({
+            "bundle": report.bundle,
+            "ok": report.ok,
+            "skipped": report.skipped,
+            "checks": [c.__dict__ for c in report.checks],
+        })
+    else:
+        from rich.table import Table
+
+        table = Table(title=f"verify {report.bundle}", title_justify="left")
+        for col in ("artifact", "entry", "max abs", "max rel", "tol (rtol, atol)", "result"):
+            table.add_column(col, overflow="fold", justify="right" if col.startswith("max") else "left")
+        for c in report.checks:
+            result = "[green]pass[/]" if c.passed else f"[red]FAIL[/] {c.note}".strip()
+            table.add_row(c.artifact, c.name, f"{c.max_abs:.2e}", f"{c.max_rel:.2e}", f"{c.rtol:g}, {c.atol:g}", result)
+        out.print(table)
+        for note in report.skipped:
+            out.print(f"skipped {note}")
+        failed = sum(not c.passed for c in report.checks)
+        out.print(f"{len(report.checks) - failed} passed, {failed} failed")
+    if not report.ok:
+        raise SystemExit(1)
