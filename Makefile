@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: install demo test clean
+.PHONY: install demo test bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m pip install -q matplotlib
+	$(PY) benchmarks/run_all.py
 
 clean:
 	rm -rf build bundles .pytest_cache

@@ -7,6 +7,7 @@ import warnings
 import click
 
 from aotc import __version__
+from aotc.cli.bench import bench_command
 from aotc.cli.compile import compile_command
 from aotc.cli.export import export_command
 from aotc.cli.inspect import inspect_command
@@ -25,6 +26,7 @@ def cli():
     aotc inspect bundles/mlp                             show what a bundle holds
     aotc run bundles/mlp                                 call it once on random inputs
     aotc verify bundles/mlp                              check every artifact against eager
+    aotc bench bundles/mlp                               time it against eager and torch.compile
     """
 
 
@@ -33,6 +35,7 @@ cli.add_command(compile_command)
 cli.add_command(inspect_command)
 cli.add_command(run_command)
 cli.add_command(verify_command)
+cli.add_command(bench_command)
 
 
 def main() -> None:

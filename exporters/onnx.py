@@ -10,6 +10,7 @@ reading the model.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -53,6 +54,8 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
     inputs = onnx_names([s.name for s in sig.inputs])
     outputs = onnx_names([s.name for s in sig.outputs])
     opset = opset or DEFAULT_OPSET
+    # torch.onnx logs a warning per torchvision op it skips when torchvision is absent
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -1,0 +1,72 @@
+"""`aotc bench`: a bundle's backends against eager and torch.compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
+
+
+@click.command("bench")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
+@click.option("--baselines", default="eager,torch.compile", show_default=True,
+              help="Comma-separated: eager, torch.compile; 'none' for the bundle alone.")
+@click.option("--iters", default=200, show_default=True, help="Timed calls per variant.")
+@click.option("--warmup", default=20, show_default=True, help="Untimed calls before timing.")
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--threads", default=1, show_default=True, help="torch threads in each variant's process.")
+@click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
+@json_option
+@debug_option
+@handles_errors
+def bench_command(bundle, backends, baselines, iters, warmup, device, threads, train, as_json, debug):
+    """Time every backend of BUNDLE against eager and torch.compile, side by side.
+
+    Each variant runs in a fresh process: cold start is the time from process start to
+    the first output; steady state is the median and p90 of --iters calls.
+
+    \b
+    Examples:
+      aotc bench bundles/tiny_transformer
+      aotc bench bundles/mlp-fb --train --json
+    """
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from aotc.bench import BASELINES, as_json as results_json, bench
+
+    chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(",") if b.strip())
+    unknown = set(chosen) - set(BASELINES)
+    if unknown:
+        raise click.BadParameter(f"unknown baseline(s) {sorted(unknown)}; use eager, torch.compile or none.",
+                                 param_hint="--baselines")
+    out = console()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
+                  transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+        results = bench(bundle, backends=backends or None, baselines=chosen, iters=iters, warmup=warmup,
+                        device=device, train=train, threads=threads,
+                        on_variant=lambda name: progress.update(task, description=f"timing {name}"))
+    if as_json:
+        emit_json({"bundle": str(bundle), "device": device, "train": train, "results": results_json(results)})
+        return
+    from rich.table import Table
+
+    ref = {r.variant: r for r in results}
+    eager = ref.get("eager")
+    compiled = ref.get("torch.compile (warm cache)")
+    table = Table(title=f"bench {bundle} ({device}{', training step' if train else ''})", title_justify="left")
+    for col in ("variant", "cold start", "median", "p90", "calls/s", "peak MiB", "speed vs eager",
+                "vs torch.compile"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for r in results:
+        table.add_row(
+            r.variant, f"{r.cold_start_s:.2f} s", f"{r.median_us:.1f} µs", f"{r.p90_us:.1f} µs",
+            f"{r.calls_per_s:,.0f}", f"{r.peak_memory_mib:.0f}",
+            f"{eager.median_us / r.median_us:.2f}x" if eager else "-",
+            f"{compiled.median_us / r.median_us:.2f}x" if compiled else "-",
+        )
+    out.print(table)
+    out.print(f"{iters} timed calls per variant after {warmup} warm-up calls; ratios > 1 mean faster.")

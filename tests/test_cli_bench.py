@@ -1,0 +1,33 @@
+"""`aotc bench` smoke test (the real benchmarks run in `make bench`, never in tests)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import invoke
+
+
+def test_bench_smoke(sample_bundles):
+    path = sample_bundles[("classifier", "inference")][0]
+    result = invoke("bench", path, "--iters", "2", "--warmup", "1", "--baselines", "eager", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    variants = [r["variant"] for r in report["results"]]
+    assert variants == ["aotc fx", "eager"]
+    for r in report["results"]:
+        assert r["iters"] == 2 and r["cold_start_s"] > 0 and r["median_us"] > 0 and r["peak_memory_mib"] > 0
+        assert r["p90_us"] >= r["median_us"]
+
+
+def test_bench_training_step_smoke(sample_bundles):
+    path = sample_bundles[("mlp", "joint")][0]
+    result = invoke("bench", path, "--iters", "2", "--warmup", "0", "--baselines", "none", "--train", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["train"] is True
+
+
+def test_bench_unknown_backend(sample_bundles):
+    path = sample_bundles[("classifier", "inference")][0]
+    result = invoke("bench", path, "--backend", "onnx", "--baselines", "none")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"Error: Bundle '{path}' has no onnx artifact for cpu; it has fx."
