@@ -22,7 +22,7 @@ GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("AOTC_UPDATE_GOLDEN") == "1"
 
 
-def _golden(name: str, data) -> None:
+def check_golden(name: str, data) -> None:
     """Compare with tests/golden/<name>; AOTC_UPDATE_GOLDEN=1 rewrites it after review."""
     path = GOLDEN / name
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
@@ -58,14 +58,14 @@ def test_round_trip_every_field(tmp_path):
 
 def test_json_schemas_golden():
     for cls in (Manifest, Signature, Metadata):
-        _golden(f"schema/{cls.__name__.lower()}.schema.json", json_schema(cls))
+        check_golden(f"schema/{cls.__name__.lower()}.schema.json", json_schema(cls))
 
 
 def test_small_bundle_golden(tmp_path):
     spec = fresh_sample("inplace")
     aotc.export(spec.module, spec.args, tmp_path / "b", graphs=("forward", "backward"))
     for name in ("signature.json", "metadata.json"):
-        _golden(f"inplace-autograd/{name}", json.loads((tmp_path / "b" / name).read_text()))
+        check_golden(f"inplace-autograd/{name}", json.loads((tmp_path / "b" / name).read_text()))
 
 
 def test_failed_write_keeps_old_bundle(tmp_path, monkeypatch):
