@@ -42,6 +42,14 @@ def _mutations(bundle_outputs: dict, model, inputs: list, names: list[str]):
     return pairs
 
 
+def _assert_param_grads(outs: dict, signature, model, name: str) -> None:
+    """Every trainable parameter has a gradient output, equal to eager's .grad."""
+    grads = signature.backward.gradients_to_parameters
+    assert sorted(grads.values()) == sorted(n for n, p in model.named_parameters() if p.requires_grad)
+    for out_name, fqn in grads.items():
+        _close(outs[out_name], model.get_parameter(fqn).grad, f"{name} grad of {fqn}")
+
+
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
 def test_inference_graph_matches_eager(sample_bundles, name):
     bundle = Bundle.open(sample_bundles[(name, "inference")][0])
@@ -83,10 +91,7 @@ def test_joint_graph_matches_eager(sample_bundles, name):
     loss.backward()
 
     _close(outs["loss"], loss.detach(), f"{name} loss")
-    grads = bundle.signature.graphs["joint"].backward.gradients_to_parameters
-    assert sorted(grads.values()) == sorted(n for n, p in model.named_parameters() if p.requires_grad)
-    for out_name, fqn in grads.items():
-        _close(outs[out_name], model.get_parameter(fqn).grad, f"{name} grad of {fqn}")
+    _assert_param_grads(outs, bundle.signature.graphs["joint"], model, name)
     pairs = _mutations(outs, model, eager_inputs, names)
     if name in ("mlp", "cnn"):
         assert any(p[0].endswith(".running_mean") for p in pairs)
@@ -130,7 +135,4 @@ def test_forward_backward_graphs_match_eager(sample_bundles, name):
     saved = {s.name: fw[s.name] for s in bw_sig.inputs if s.role == "saved"}
     bw = run_flat(bundle.load_program("backward"), bw_sig, weights, [], extra=saved | tangents)
     torch.autograd.backward(eager_outs, eager_grads)
-    grads = bw_sig.backward.gradients_to_parameters
-    assert sorted(grads.values()) == sorted(n for n, p in model.named_parameters() if p.requires_grad)
-    for out_name, fqn in grads.items():
-        _close(bw[out_name], model.get_parameter(fqn).grad, f"{name} grad of {fqn}")
+    _assert_param_grads(bw, bw_sig, model, name)
