@@ -6,6 +6,11 @@ bundle's signature (`mutated:<name>`), and the runtime's epilogue applies them e
 for the other backends. Dynamic dims of the graph become ONNX dynamic axes. Opset,
 inputs and outputs are recorded in the manifest, so `aotc inspect` shows them without
 reading the model.
+
+A bundle graph is lowered for CPU, and a few of its CPU kernels have no ONNX translation
+although the op they were lowered from has one (an LSTM becomes oneDNN's
+`mkldnn_rnn_layer`). Before export such ops are put back (`onnx_ready`); the ONNX model is
+still checked against the bundle graph itself.
 """
 
 from __future__ import annotations
@@ -20,6 +25,43 @@ from aotc.errors import AotcError, BundleError
 
 FORMAT = "onnx"
 DEFAULT_OPSET = 18
+
+
+_MKLDNN_LSTM = 2  # ideep::rnn_kind::LSTM, the `mode` torch's lstm decomposition passes
+
+
+def _lstm_layer(input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mode, hidden_size, num_layers,
+                has_biases, bidirectional, batch_first, train):
+    """`aten.mkldnn_rnn_layer` as the one-layer `aten.lstm` it was lowered from.
+
+    AOTAutograd traces `aten.lstm` through torch's Python decomposition
+    (torch/_decomp/decompositions.py, `lstm_impl`), which on CPU, for float inputs that
+    need no gradient, runs each layer (and direction) as oneDNN's fused
+    `mkldnn_rnn_layer` (`mkldnn_one_layer_lstm`: one layer, unidirectional, seq first,
+    hx/cx of shape (1, batch, hidden)). torch.onnx translates `aten.lstm` to ONNX's LSTM
+    operator, which keeps the sequence length dynamic.
+    """
+    if mode != _MKLDNN_LSTM or num_layers != 1 or bidirectional or batch_sizes:
+        return NotImplemented  # not a layer torch's lstm decomposition writes: stays, and is named
+    seq_dim = 1 if batch_first else 0
+    x = input.flip(seq_dim) if reverse else input
+    # Without biases torch passes placeholder tensors for them; oneDNN ignores those.
+    params = [w_ih, w_hh, b_ih, b_hh] if has_biases else [w_ih, w_hh]
+    out, hy, cy = torch.ops.aten.lstm.input(x, [hx, cx], params, has_biases, 1, 0.0, False, False, batch_first)
+    workspace = input.new_empty((0,), dtype=torch.uint8)  # training state; unused in inference
+    return (out.flip(seq_dim) if reverse else out), hy, cy, workspace
+
+
+# CPU kernels a bundle graph can hold that torch.onnx cannot translate, each as the ops it
+# was lowered from.
+_UNLOWER = {torch.ops.aten.mkldnn_rnn_layer.default: _lstm_layer}
+
+
+def onnx_ready(program):
+    """`program` with the CPU-only ops of `_UNLOWER` put back; the same program when it has
+    none. Inputs, outputs and dynamic dims stay as they are."""
+    table = {op: fn for op, fn in _UNLOWER.items() if program.graph.find_nodes(op="call_function", target=op)}
+    return program.run_decompositions(table) if table else program
 
 
 def artifact_path(kind: str) -> str:
@@ -54,29 +96,31 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
     inputs = onnx_names([s.name for s in sig.inputs])
     outputs = onnx_names([s.name for s in sig.outputs])
     opset = opset or DEFAULT_OPSET
+    for_onnx = program
     # torch.onnx logs a warning per torchvision op it skips when torchvision is absent
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            for_onnx = onnx_ready(program)
             exported = torch.onnx.export(
-                program, tuple(example), dynamo=True, opset_version=opset, input_names=inputs,
+                for_onnx, tuple(example), dynamo=True, opset_version=opset, input_names=inputs,
                 output_names=outputs, verbose=False, report=False,
             )
     except Exception as e:
-        unsupported = tc.onnx_unsupported_ops(program.graph)
+        unsupported = tc.onnx_unsupported_ops(for_onnx.graph)
         detail = f"operators without an ONNX translation: {', '.join(unsupported)}" if unsupported else (
             f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         )
         raise AotcError(f"The {kind} graph cannot be exported to ONNX opset {opset}; {detail}.") from e
     target.parent.mkdir(parents=True, exist_ok=True)
     exported.save(str(target))
-    _check_against_graph(target, program, example, sig, kind)
+    _check_against_graph(target, program, example, sig, kind, bundle.metadata.programs.get(kind))
     return {"opset": str(opset), "inputs": ",".join(inputs), "outputs": ",".join(outputs),
             "torch": torch.__version__}
 
 
-def _check_against_graph(path: Path, program, example: list, sig, kind: str) -> None:
+def _check_against_graph(path: Path, program, example: list, sig, kind: str, meta=None) -> None:
     """Refuse an ONNX model that onnxruntime does not run like the graph it came from
     (ONNX's training-mode batch norm and random ops differ from torch's, for example)."""
     import onnxruntime as ort
@@ -98,6 +142,36 @@ def _check_against_graph(path: Path, program, example: list, sig, kind: str) -> 
             + ". ONNX translates some torch semantics differently (training-mode batch norm, random "
             "ops); use the fx or aoti backend for this graph."
         )
+    shared = _sharing_onnx_loses(meta, sig, list(expected))
+    if shared:
+        path.unlink()
+        raise AotcError(
+            f"outputs {' and '.join(shared)} of the {kind} graph share memory (as views of one "
+            "tensor the graph does not return), and onnxruntime returns each as a copy of its own, "
+            "so writing to one would not show in the other as it does in eager. Use the fx or aoti "
+            "backend for this graph."
+        )
+
+
+def _sharing_onnx_loses(meta, sig, values: list) -> list[str]:
+    """A pair of user outputs that share memory in the graph but that the runtime's
+    epilogue would not rebuild as sharing from ONNX's separate copies; empty if none."""
+    if meta is None:
+        return []
+    rebuilt = {"alias_of_input", "is_input", "alias_of_intermediate", "alias_of_intermediate_save_as_output",
+               "alias_of_intermediate_base_is_user_output"}
+    users = [(s.index, v) for s, v in zip(sig.outputs, values) if s.role == "user_output" and isinstance(v, torch.Tensor)]
+    for a, (i, x) in enumerate(users):
+        for j, y in users[a + 1:]:
+            if x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr() or x.numel() == 0:
+                continue
+            oi, oj = meta.outputs[i], meta.outputs[j]
+            linked = {oi.same_as_output, oi.view_of_output} & {j} or {oj.same_as_output, oj.view_of_output} & {i} or (
+                oj.output_type == "alias_of_intermediate_base_is_user_output" and oj.base_idx == i
+            ) or (oi.output_type == "alias_of_intermediate_base_is_user_output" and oi.base_idx == j)
+            if not linked and not (oi.output_type in rebuilt and oj.output_type in rebuilt):
+                return [f"output[{i}]", f"output[{j}]"]
+    return []
 
 
 class OnnxGraph:

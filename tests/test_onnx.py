@@ -10,6 +10,7 @@ import torch
 
 import aotc
 from aotc._torch_compat import pytree
+from aotc.exporters.onnx import add_to_bundle, onnx_names
 from conftest import SAMPLE_NAMES, SAMPLES, clone_inputs, fresh_sample, invoke
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -91,3 +92,73 @@ def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")
     assert result.exit_code == 1
     assert "Error: onnxruntime does not reproduce the joint graph: mutated:bn.running_mean" in result.stderr
+
+
+# An LSTM word language model (tied embedding/decoder weights). Its bundle graph runs each
+# LSTM layer as oneDNN's aten.mkldnn_rnn_layer, which ONNX cannot express: the exporter
+# puts aten.lstm back for ONNX and still checks the result against the bundle graph. The
+# export needs only the bundle, so `aotc compile BUNDLE --onnx` takes the same path.
+
+
+@pytest.fixture(scope="session")
+def word_lm_bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("onnx-lstm") / "word_lm"
+    result = invoke("export", SAMPLES / "word_lm.py", "--onnx", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    return out
+
+
+def _max_abs_error(got, expected) -> float:
+    pairs = list(zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True))
+    return max((a - b.detach()).abs().max().item() for a, b in pairs)
+
+
+def test_lstm_word_lm_matches_eager(word_lm_bundle):
+    m = aotc.load(word_lm_bundle, backend="onnx")
+    spec = fresh_sample("word_lm")
+    eager = spec.module.eval()
+    g = torch.Generator().manual_seed(1)
+    other_batch = (torch.randint(0, 50, (5, 3), generator=g), torch.randn(2, 3, 16, generator=g) * 0.1,
+                   torch.randn(2, 3, 16, generator=g) * 0.1)
+    for args in (spec.args, other_batch):  # batch is a dynamic axis
+        with torch.no_grad():
+            expected = eager(*clone_inputs(args))
+        got = m(*clone_inputs(args))
+        for o, e in zip(pytree.tree_leaves(got), pytree.tree_leaves(expected), strict=True):
+            torch.testing.assert_close(o, e, **TOL)
+
+
+def test_lstm_onnx_model_has_no_mkldnn_op(word_lm_bundle):
+    import onnx
+
+    model = onnx.load(str(word_lm_bundle / "onnx" / "inference.onnx"))
+    ops = [(n.domain, n.op_type) for n in model.graph.node]
+    assert [op for op in ops if "mkldnn" in f"{op[0]}.{op[1]}".lower()] == []
+    assert ops.count(("", "LSTM")) == 2  # one ONNX LSTM per layer
+    signature = aotc.Bundle.open(word_lm_bundle).signature.graphs["inference"]
+    assert [i.name for i in model.graph.input] == onnx_names([s.name for s in signature.inputs])
+
+
+def test_lstm_variants_reverse_batch_first_no_bias(tmp_path):
+    """The reverse layer of a bidirectional LSTM, batch_first, no biases: each is another
+    form of the oneDNN layer to put back."""
+
+    class BiLSTM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(4, 6, bias=False, batch_first=True, bidirectional=True)
+
+        def forward(self, x, h0, c0):
+            return self.lstm(x, (h0, c0))
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = BiLSTM().eval()
+    g = torch.Generator().manual_seed(0)
+    x, h0, c0 = torch.randn(2, 3, 4, generator=g), torch.randn(2, 2, 6, generator=g), torch.randn(2, 2, 6, generator=g)
+    bundle = aotc.export(model, (x, h0, c0), tmp_path / "lstm")
+    add_to_bundle(bundle.path)
+    got = aotc.load(bundle.path, backend="onnx")(x, h0, c0)
+    with torch.no_grad():
+        expected = model(x, h0, c0)
+    assert _max_abs_error(got, expected) < 1e-5
