@@ -10,11 +10,13 @@ importing AOTAutograd (about 1 s).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch._C import DispatchKey
 from torch._ops import OpOverload
 
 from aotc.errors import UnsupportedTorchError
@@ -35,6 +37,9 @@ _LAZY = {
     "PlainAOTOutput": _DESCRIPTORS,
     "SavedForBackwardsAOTOutput": _DESCRIPTORS,
     "TangentAOTInput": _DESCRIPTORS,
+    "ViewBaseAOTInput": _DESCRIPTORS,
+    "SyntheticBaseAOTInput": _DESCRIPTORS,
+    "MetadataMutationAOTOutput": _DESCRIPTORS,
     "MutationType": "torch._functorch._aot_autograd.schemas",
     "OutputType": "torch._functorch._aot_autograd.schemas",
     "ViewAndMutationMeta": "torch._functorch._aot_autograd.schemas",
@@ -124,3 +129,33 @@ def aoti_package_runner(path: str, device_index: int):
     """
     loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
     return loader.boxed_run
+
+
+@contextlib.contextmanager
+def eager_dropout():
+    """Trace `aten.dropout` as eager runs it.
+
+    Outside training (or with p=0) ATen's dropout returns its input itself, so an
+    in-place op on the result mutates the input; torch's tracing kernel
+    (torch._decomp.decompositions.dropout) returns a clone instead, and a graph traced
+    with it silently stops mutating the caller's tensor. Inside this block the tracing
+    kernel returns the input, as ATen does.
+    """
+    aten = torch.ops.aten
+    op = aten.dropout.default
+    keys = [k for k in (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd) if k in op.py_kernels]
+    saved = {k: op.py_kernels[k] for k in keys}
+
+    def dropout(input, p, train):
+        if train and p != 0:
+            return aten.native_dropout(input, p, train)[0]
+        return input
+
+    for k in keys:
+        op.py_kernels[k] = dropout
+    op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        op.py_kernels.update(saved)
+        op._dispatch_cache.clear()

@@ -21,6 +21,7 @@ puts them back, exactly as AOTAutograd's own runtime wrappers do.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -30,14 +31,19 @@ import torch
 from torch.export import Dim, ExportedProgram
 
 from aotc import _torch_compat as tc
+from aotc import eager_check
 from aotc._torch_compat import pytree
+from aotc.aliasing import clone_like, exact_copy, geometry, storage_groups, synthetic_base
 from aotc.errors import CaptureError
 from aotc.model_file import forward_arg_names
 from aotc.schema import (
+    AliasedInput,
+    AliasGroup,
     BackwardSignature,
     DynamicDim,
     GraphSignature,
     InputMeta,
+    Layout,
     OutputMeta,
     ProgramMeta,
     Slot,
@@ -276,6 +282,9 @@ class Names:
 
     user: list[str]
     aliases: dict[str, str]
+    # user inputs on a synthetic base whose metadata the program changes, in input order
+    # (AOTAutograd returns their new views as extra outputs, numbered in this order)
+    metadata_mutated: tuple[int, ...] = ()
 
     def state(self, target: str) -> str:
         fqn = _strip(target)
@@ -295,6 +304,10 @@ def _input_name(desc: Any, names: Names) -> tuple[str, str, str | None, int | No
     if isinstance(desc, tc.TangentAOTInput):
         of = _output_slot(desc.output, names, loss=False)
         return f"tangent:{of.name}", "tangent", of.name, of.index
+    if isinstance(desc, (tc.ViewBaseAOTInput, tc.SyntheticBaseAOTInput)) and isinstance(desc.base_of, tc.PlainAOTInput):
+        # user inputs that alias each other and are mutated are traced on their base
+        user = names.user[desc.base_of.idx]
+        return f"base_of:{user}", "synthetic_base", user, desc.base_of.idx
     raise CaptureError(f"unexpected graph input {desc!r}; this model uses a feature aotc v1 does not support")
 
 
@@ -302,6 +315,14 @@ def _output_slot(desc: Any, names: Names, loss: bool) -> Slot:
     if isinstance(desc, tc.InputMutationAOTOutput):
         name, _, target, index = _input_name(desc.mutated_input, names)
         return Slot(f"mutated:{name}", "input_mutation", target, index)
+    if isinstance(desc, tc.MetadataMutationAOTOutput):
+        if desc.idx >= len(names.metadata_mutated):
+            raise CaptureError(
+                "the program changes the shape or strides of an input that shares memory with "
+                "another mutated input in a way aotc cannot follow; pass separate tensors."
+            )
+        user = names.metadata_mutated[desc.idx]
+        return Slot(f"mutated_metadata:{names.user[user]}", "input_mutation", names.user[user], user)
     if isinstance(desc, tc.PlainAOTOutput):
         if loss:
             return Slot("loss", "loss", None, desc.idx)
@@ -362,6 +383,46 @@ def _view_chain(node: Any, stop: set[Any]) -> tuple[list[str], int | None]:
     return list(reversed(chain)), offset
 
 
+def _intermediate_base(node: Any, base_nodes: list[Any], recorded: int | None) -> int:
+    """Which intermediate base output `node` is a view of: the root of its view chain.
+    (With synthetic bases, AOTAutograd's recorded index is remapped as if it were an
+    input's, so the graph is the reliable source.)"""
+    if isinstance(node, torch.fx.Node):
+        chain, _ = _view_chain(node, set(base_nodes))
+        root = _chain_root(node, len(chain))
+        if root in base_nodes:
+            return base_nodes.index(root)
+    if recorded is not None and recorded < len(base_nodes):
+        return recorded
+    raise CaptureError("an output aliases an intermediate tensor aotc cannot locate in the graph")
+
+
+def _relative_offset(node: Any, base: Any) -> int | None:
+    """Storage offset of `node`'s value relative to `base`'s (None when unknown or symbolic)."""
+    out_val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    base_val = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
+    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)):
+        return None
+    delta = out_val.storage_offset() - base_val.storage_offset()
+    return int(delta) if isinstance(delta, int) or not delta.node.expr.free_symbols else None
+
+
+def _layouts_after(gm: torch.fx.GraphModule) -> list[Layout | None]:
+    """Per primal input: the static layout of its mutated value, where the graph returns one."""
+    primals = [p for p in _placeholders(gm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+    position = {p.meta.get("desc"): i for i, p in enumerate(primals)}
+    layouts: list[Layout | None] = [None] * len(primals)
+    for desc, node in zip(_flat_output_descs(gm), _flat_output_nodes(gm)):
+        if not isinstance(desc, tc.InputMutationAOTOutput) or desc.mutated_input not in position:
+            continue
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            values = [*val.shape, *val.stride(), val.storage_offset()]
+            if all(isinstance(v, int) for v in values):
+                layouts[position[desc.mutated_input]] = Layout(list(val.shape), list(val.stride()), val.storage_offset())
+    return layouts
+
+
 def _chain_root(node: torch.fx.Node, length: int) -> torch.fx.Node:
     for _ in range(length):
         node = node.args[0]
@@ -376,9 +437,16 @@ def _program_meta(
     fake_inputs: list[Any],
     real_outputs: list[Any],
     duplicates: dict[int, int],
+    eager_views: dict[int, int] | None = None,
 ) -> ProgramMeta:
+    """`eager_views`: user outputs that view one input in eager (output -> graph input
+    position) where AOTAutograd calls them non-aliasing (views from multi-output ops like
+    unbind, which it will not regenerate): the runtime rebuilds them as views."""
+    layouts_after = _layouts_after(jd_gm)
     inputs = []
-    for slot, info, real, fake in zip(input_slots, fw_metadata.input_info, real_inputs, fake_inputs, strict=True):
+    for slot, info, real, fake, layout in zip(
+        input_slots, fw_metadata.input_info, real_inputs, fake_inputs, layouts_after, strict=True
+    ):
         inputs.append(
             InputMeta(
                 kind=slot.role,
@@ -392,30 +460,40 @@ def _program_meta(
                 mutations_hidden_from_autograd=info.mutations_hidden_from_autograd,
                 mutations_under_no_grad_or_inference_mode=info.mutations_under_no_grad_or_inference_mode,
                 mutation_type=info.mutation_type.name,
+                layout_after=layout if info.mutates_metadata else None,
             )
         )
 
     descs = _flat_output_descs(jd_gm)
     nodes = _flat_output_nodes(jd_gm)
     user_out_nodes = {d.idx: n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput)}
-    placeholder_nodes = set(_placeholders(jd_gm))
+    base_nodes = [n for d, n in zip(descs, nodes) if isinstance(d, tc.IntermediateBaseAOTOutput)]
+    placeholders = _placeholders(jd_gm)
+    placeholder_nodes = set(placeholders)
     out_node_index = {}
     for i in sorted(user_out_nodes):
         out_node_index.setdefault(user_out_nodes[i], i)
     outputs = []
-    for i, info in enumerate(fw_metadata.output_info):
-        kind = info.output_type.name
+    # AOTAutograd lists metadata-mutated inputs of a synthetic base after the user outputs
+    for i, info in enumerate(fw_metadata.output_info[: len(user_out_nodes)]):
+        kind, base_idx = info.output_type.name, info.base_idx
+        if kind == "non_alias" and i in (eager_views or {}):
+            kind, base_idx = "alias_of_input", eager_views[i]
         if kind in ("alias_of_input", "is_input"):
-            base = input_slots[info.base_idx].name
+            base, base_node = input_slots[base_idx].name, placeholders[base_idx]
         elif kind == "alias_of_intermediate_base_is_user_output":
-            base = f"output[{info.base_idx}]"
+            base, base_node = f"output[{base_idx}]", user_out_nodes.get(base_idx)
         elif kind.startswith("alias_of_intermediate"):
-            base = f"intermediate_base[{info.base_idx}]"
+            base_idx = _intermediate_base(user_out_nodes.get(i), base_nodes, base_idx)
+            base, base_node = f"intermediate_base[{base_idx}]", base_nodes[base_idx]
         else:
-            base = None
+            base = base_node = None
         real = real_outputs[i] if i < len(real_outputs) else None
         node = user_out_nodes.get(i)
-        chain, offset = _view_chain(node, placeholder_nodes) if base is not None and node is not None else ([], None)
+        chain, offset = [], None
+        if base is not None and node is not None:
+            chain, _ = _view_chain(node, placeholder_nodes)
+            offset = _relative_offset(node, base_node)
         same_as = view_of = None
         if kind in ("non_alias", "unsafe_view_alias") and node is not None:
             if out_node_index.get(node, i) != i:
@@ -429,7 +507,7 @@ def _program_meta(
             OutputMeta(
                 index=i,
                 output_type=kind,
-                base_idx=info.base_idx,
+                base_idx=base_idx,
                 base=base,
                 requires_grad=info.requires_grad,
                 tensor=_tensor_meta(real, node.meta.get("val") if node is not None else None)
@@ -528,22 +606,55 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
     was_training = model.training
     model.train(training)
     try:
-        return _capture(model, args, kwargs, loss, options, training, user_names, user_paths, flat_user, in_spec, duplicates)
+        program = Program(model, loss if options.mode == "joint" else None)
+        eager = eager_check.observe(program, flat_user, in_spec, training=options.mode != "inference")
+        context = (model, args, kwargs, loss, options, training, user_names, user_paths, flat_user, in_spec, duplicates, eager)
+        try:
+            return _capture(*context, use_export=True)
+        except _Disagreement:
+            # torch.export sometimes traces an op that returns its input as a copy
+            # (dropout in eval); AOTAutograd alone keeps the alias.
+            pass
+        try:
+            return _capture(*context, use_export=False)
+        except _Disagreement as d:
+            raise CaptureError(
+                f"aotc's capture of {type(model).__name__} does not match what eager does: "
+                f"{'; '.join(d.problems)}. aotc refuses to write a bundle that would replay "
+                "something else; please report this model."
+            ) from None
     finally:
         model.train(was_training)
 
 
-def _capture(model, args, kwargs, loss, options, training, user_names, user_paths, flat_user, in_spec, duplicates) -> Capture:
+class _Disagreement(Exception):
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _capture(model, args, kwargs, loss, options, training, user_names, user_paths, flat_user, in_spec, duplicates,
+             eager: eager_check.EagerCall, use_export: bool) -> Capture:
     # Clone so that tracing never touches the caller's tensors; duplicates stay duplicates.
-    clones: dict[int, torch.Tensor] = {}
-    for i, t in enumerate(flat_user):
-        clones[i] = clones[duplicates[i]] if i in duplicates else t.detach().clone().requires_grad_(t.requires_grad)
+    clones = dict(enumerate(clone_like(flat_user)))
+    for i in eager.requires_grad_set:
+        # forward calls requires_grad_() on this input: trace it as requiring grad from
+        # the start; the runtime switches the caller's tensor on before the graph runs
+        if clones[i].is_leaf:
+            clones[i].requires_grad_(True)
     c_args, c_kwargs = pytree.tree_unflatten([clones[i] for i in range(len(flat_user))], in_spec)
 
     names = Names(user_names, _state_aliases(model))
     program = Program(model, loss if options.mode == "joint" else None)
+    aliased = storage_groups(flat_user)
+    if aliased and options.dynamic_shapes is not None:
+        raise CaptureError(
+            f"inputs {', '.join(user_names[i] for i in aliased[0])} share memory; aotc captures such "
+            "inputs with static shapes only. Drop dynamic_shapes, or pass separate tensors."
+        )
     try:
-        ep = _export_program(program, c_args, c_kwargs, options.dynamic_shapes)
+        # torch.export makes each input a tensor of its own; AOTAutograd keeps their aliasing
+        ep = None if aliased or not use_export else _export_program(program, c_args, c_kwargs, options.dynamic_shapes)
     except CaptureError:
         raise
     except Exception as e:
@@ -563,7 +674,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         fake_user = [ep.graph.find_nodes(op="placeholder", target=s.arg.name)[0].meta["val"] for s in user_specs]
         for j, i in duplicates.items():
             fake_user[j] = fake_user[i]
-        for f, t in zip(fake_user, flat_user):
+        for f, t in zip(fake_user, clones.values()):
             if isinstance(f, torch.Tensor) and t.requires_grad and not f.requires_grad:
                 f.requires_grad_(True)
     else:
@@ -576,6 +687,9 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         names.state(k): v.detach()
         for k, v in [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
     }
+    if aliased:
+        on_storage = {i for group in aliased for i in group}
+        names = dataclasses.replace(names, metadata_mutated=tuple(i for i in eager.metadata_mutated if i in on_storage))
     jgm, fw_metadata, out_spec, partitioned = _aot_capture(model, gm, f_args, f_kwargs, options)
 
     # Everything below runs on real tensors, outside AOTAutograd's fake mode.
@@ -597,6 +711,12 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         tangents = [n.meta["val"].dtype for n in tangent_nodes]
         graphs["joint"] = _finish("joint", jgm, primal_slots, names, real_primals, fake_primals, tangents=tangents)
         user_out_values = _run_user_outputs(graphs["joint"])
+    elif partitioned is None:
+        # Every output that takes a gradient aliases an input: the runtime rebuilds those
+        # as views of the caller's tensors (autograd flows through the views), so there is
+        # a forward graph and no backward one.
+        graphs["forward"] = _finish("forward", jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
+        user_out_values = _run_user_outputs(graphs["forward"])
     else:
         fw, bw = partitioned
         graphs["forward"] = _finish("forward", fw, primal_slots, names, real_primals, fake_primals, tangents=None)
@@ -604,7 +724,26 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         user_out_values = _user_outputs(graphs["forward"], fw_values)
         graphs["backward"] = _capture_backward(bw, graphs["forward"], fw_values, names)
 
-    program_meta = _program_meta(jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates)
+    program_meta = _program_meta(
+        jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates,
+        eager_views=_eager_views(eager, primal_slots, aliased),
+    )
+    if aliased:
+        base_inputs = {s.index for s in primal_slots if s.role == "synthetic_base"}
+        program_meta = dataclasses.replace(
+            program_meta,
+            aliased_inputs=_alias_groups(flat_user, primal_slots),
+            outputs_same_as_inputs={
+                str(k): v for k, v in eager.same_as_inputs.items() if base_inputs and v in _members(aliased)
+            },
+        )
+    program_meta = dataclasses.replace(program_meta, inputs_set_requires_grad=list(eager.requires_grad_set))
+    program_meta = eager_check.eager_output_requires_grad(program_meta, eager, user_names)
+    problems = eager_check.disagreements(
+        program_meta, eager, user_names, duplicates, differentiable=options.mode != "inference"
+    )
+    if problems:
+        raise _Disagreement(problems)
     if program_meta.grad_enabled_mutation is None and grad_mode_after is not None:
         program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
 
@@ -619,7 +758,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         user_input_meta=user_input_meta,
         in_spec=in_spec,
         out_spec=out_spec,
-        num_user_outputs=len(fw_metadata.output_info) if options.mode != "joint" else 1,
+        num_user_outputs=out_spec.num_leaves if options.mode != "joint" else 1,
         state=state,
         training=training,
         partitioner=options.partitioner if options.mode == "autograd" else None,
@@ -630,6 +769,39 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
             for name in module._non_persistent_buffers_set
         ],
     )
+
+
+def _eager_views(eager: eager_check.EagerCall, slots: list[Slot], aliased: list[list[int]]) -> dict[int, int]:
+    """Outputs that view exactly one user input in eager -> that input's graph position."""
+    position = {s.index: p for p, s in enumerate(slots) if s.role == "user_input"}
+    on_base = _members(aliased)
+    return {
+        k: position[j]
+        for k, inputs in eager.shares_with_inputs.items()
+        if len(inputs) == 1 and (j := next(iter(inputs))) in position and j not in on_base
+    }
+
+
+def _members(groups: list[list[int]]) -> set[int]:
+    return {i for group in groups for i in group}
+
+
+def _alias_groups(flat_user: list, slots: list[Slot]) -> list[AliasGroup]:
+    """The storage each group of aliased user inputs shared at capture, and its synthetic
+    base when AOTAutograd traced them on one."""
+    bases = {s.index: s for s in slots if s.role == "synthetic_base"}
+    groups = []
+    for group in storage_groups(flat_user):
+        members = [AliasedInput(i, *geometry(flat_user[i])) for i in group]
+        slot = next((bases[i] for i in group if i in bases), None)
+        if slot is None:
+            groups.append(AliasGroup(members))
+            continue
+        owner = flat_user[slot.index]
+        kind = "view_base" if owner._base is not None else "storage"
+        base = AliasedInput(slot.index, *geometry(synthetic_base(owner)))
+        groups.append(AliasGroup(members, slot.name, kind, base))
+    return groups
 
 
 def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool | None:
@@ -660,9 +832,26 @@ def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
     (forward, backward) graphs too. AOTAutograd's fake mode is active only in here."""
     grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
     with contextlib.ExitStack() as stack, grad_ctx:
+        stack.enter_context(tc.eager_dropout())
         try:
-            jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
+            try:
+                jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
+            except RuntimeError as e:
+                if options.mode != "inference" or "A view was created in no_grad mode" not in str(e):
+                    raise
+                # Tracing under no_grad with inputs that require grad trips autograd's view
+                # checks on in-place ops eager allows; an inference graph needs no grad.
+                f_args, f_kwargs = _detached((f_args, f_kwargs))
+                jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
         except Exception as e:
+            if "Encountered a set_ on a graph input" in str(e):
+                raise CaptureError(
+                    f"{type(model).__name__}.forward calls set_() on an input (giving it another "
+                    "tensor's storage) and also changes that input otherwise. aotc's graphs are "
+                    "functional, and AOTAutograd cannot return such a swap for the runtime to "
+                    "replay. Copy the values instead (input.copy_(other)), or do the set_() "
+                    "outside the model."
+                ) from e
             raise CaptureError(
                 f"{type(model).__name__} could not be captured by torch.export nor by AOTAutograd: "
                 f"{type(e).__name__}: {_first_line(e)} Pass --debug for torch's full message."
@@ -671,13 +860,25 @@ def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
         if options.mode == "joint":
             _check_scalar_loss(jgm)
         is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in _placeholders(jgm))
-        if options.mode != "inference" and not is_joint_graph:
+        fw_metadata = jd._aot_state.fw_metadata
+        if options.mode == "inference" and is_joint_graph:
+            raise CaptureError(
+                f"{type(model).__name__}.forward gives an output that requires grad even under "
+                "no_grad (it enables grad itself, e.g. with torch.enable_grad()); an inference graph "
+                "cannot give that output a gradient. Export with --autograd, or drop the enable_grad."
+            )
+        if options.mode != "inference" and not any(i.requires_grad for i in fw_metadata.input_info):
             raise CaptureError(
                 f"Nothing in {type(model).__name__} requires a gradient, so there is no backward "
                 "to capture. Unfreeze parameters, or export an inference graph."
             )
+        if options.mode == "joint" and not is_joint_graph:
+            raise CaptureError(
+                f"The loss of {type(model).__name__} does not depend on anything that requires a "
+                "gradient, so there is no training step to capture."
+            )
         partitioned = None
-        if options.mode == "autograd":
+        if options.mode == "autograd" and is_joint_graph:
             recorded: dict[str, torch.fx.GraphModule] = {}
 
             def recorder(name):
@@ -700,7 +901,13 @@ def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
                     f"{type(e).__name__}: {_first_line(e)}"
                 ) from e
             partitioned = (recorded["forward"], recorded["backward"])
-        return jgm, jd._aot_state.fw_metadata, jd.out_spec, partitioned
+        return jgm, fw_metadata, jd.out_spec, partitioned
+
+
+def _detached(tree):
+    """Every tensor of `tree` detached; the same tensor twice stays one."""
+    memo: dict[int, torch.Tensor] = {}
+    return pytree.tree_map_only(torch.Tensor, lambda t: memo.setdefault(id(t), t.detach()), tree)
 
 
 def _check_scalar_loss(joint: torch.fx.GraphModule) -> None:
@@ -732,7 +939,8 @@ def _real_input(slot: Slot, state: dict[str, torch.Tensor], flat_user: list[torc
     if slot.role in ("parameter", "buffer"):
         return state[slot.target].clone()
     t = flat_user[slot.index]
-    return t.detach().clone()
+    # laid out exactly as the caller's: the graph is re-exported (and compiled) for it
+    return exact_copy(synthetic_base(t) if slot.role == "synthetic_base" else t.detach())
 
 
 def _kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
@@ -804,7 +1012,8 @@ def _capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: N
             name, role, target, index = _input_name(desc, names)
             of = next(v for s, v in zip(fw_out_slots, fw_values) if s.name == target)
             slots.append(Slot(name, role, target, index))
-            reals.append(torch.ones_like(of))
+            # contiguous, as the runtime passes incoming gradients (compiled code assumes it)
+            reals.append(torch.ones(of.shape, dtype=of.dtype, device=of.device))
         else:
             if position >= len(saved_order):
                 raise CaptureError("the backward graph takes more saved values than the forward saves")

@@ -48,6 +48,7 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
     """Inputs for one graph, shaped like the export's: weights from the bundle, random user
     inputs, and for the backward graph real saved activations from running the forward."""
     from aotc._torch_compat import pytree
+    from aotc.aliasing import synthetic_base
     from aotc.runtime.inputs import random_inputs
 
     weights = bundle.weights()
@@ -55,7 +56,12 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
     user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0))
 
     def primals(sig) -> list:
-        return [weights[s.target] if s.role in ("parameter", "buffer") else user[s.index] for s in sig.inputs]
+        return [
+            weights[s.target] if s.role in ("parameter", "buffer")
+            else synthetic_base(user[s.index]) if s.role == "synthetic_base"
+            else user[s.index]
+            for s in sig.inputs
+        ]
 
     sig = bundle.signature.graphs[kind]
     if kind != "backward":
@@ -65,7 +71,10 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
         forward = load_exported_program(bundle.graph_path("forward")).graph_module
         with torch.no_grad():
             outs = dict(zip([s.name for s in fw_sig.outputs], forward(*primals(fw_sig))))
-        values = [outs[s.name] if s.role == "saved" else torch.ones_like(outs[s.target]) for s in sig.inputs]
+        values = [
+            outs[s.name] if s.role == "saved" else torch.ones(outs[s.target].shape, dtype=outs[s.target].dtype)
+            for s in sig.inputs
+        ]
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
@@ -82,6 +91,11 @@ def graph_content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
+# Bumped whenever aotc changes a graph before handing it to AOTInductor, so artifacts
+# cached by an older aotc are not reused.
+PIPELINE_VERSION = 2
+
+
 def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -> str:
     """Content hash of everything that decides the compiled code (cheap to compute: no
     compiler or CPU probing)."""
@@ -89,6 +103,7 @@ def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -
 
     parts = {
         "graph": graph_hash,
+        "pipeline": PIPELINE_VERSION,
         "kind": kind,
         "device": device.type,
         "options": options,

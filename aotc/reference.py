@@ -15,6 +15,7 @@ import copy
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.aliasing import clone_like
 
 REFERENCE = "reference.safetensors"
 SEED = 0
@@ -34,15 +35,9 @@ def tolerance(t: torch.Tensor) -> list[float]:
 
 
 def clone_tree(tree):
-    """Clone every tensor, keeping tensors that were the same object the same object."""
-    memo: dict[int, torch.Tensor] = {}
-
-    def one(t: torch.Tensor) -> torch.Tensor:
-        if id(t) not in memo:
-            memo[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
-        return memo[id(t)]
-
-    return pytree.tree_map_only(torch.Tensor, one, tree)
+    """Clone every tensor of a pytree, keeping how they relate (see aliasing.clone_like)."""
+    flat, spec = pytree.tree_flatten(tree)
+    return pytree.tree_unflatten(clone_like(flat), spec)
 
 
 def run_eager(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn=None,

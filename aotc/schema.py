@@ -21,7 +21,7 @@ FORMAT_VERSION = 1
 GraphKind = Literal["inference", "joint", "forward", "backward"]
 GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
 
-InputRole = Literal["parameter", "buffer", "user_input", "saved", "tangent"]
+InputRole = Literal["parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent"]
 OutputRole = Literal[
     "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"
 ]
@@ -182,15 +182,26 @@ class TensorMeta:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Sizes, strides and storage offset of a tensor, all static."""
+
+    shape: list[int]
+    stride: list[int]
+    storage_offset: int
+
+
+@dataclass(frozen=True)
 class InputMeta:
     """One input of the traced program (parameters, buffers, then deduplicated user inputs).
+    A `synthetic_base` input stands for user inputs that shared memory at capture and
+    were traced as views of one base (see AliasGroup).
 
     Mirrors AOTAutograd's InputAliasInfo; `mutation_type` is MUTATED_OUT_GRAPH when the
     runtime must apply the mutation (`copy_` for data, `as_strided_` for metadata).
     `duplicate_of` is set on a user input that was the same tensor as an earlier one.
     """
 
-    kind: Literal["parameter", "buffer", "user_input"]
+    kind: Literal["parameter", "buffer", "user_input", "synthetic_base"]
     name: str
     tensor: TensorMeta | None
     requires_grad: bool
@@ -201,6 +212,9 @@ class InputMeta:
     mutations_hidden_from_autograd: bool
     mutations_under_no_grad_or_inference_mode: bool
     mutation_type: MutationTypeName
+    # after a metadata mutation (static sizes only): the input's layout, which the runtime
+    # restores with as_strided_ (a compiled graph returns the new value, not its view)
+    layout_after: Layout | None = None
 
 
 @dataclass(frozen=True)
@@ -230,14 +244,51 @@ class OutputMeta:
 
 
 @dataclass(frozen=True)
+class AliasedInput:
+    """A user input's place in the storage it shared with others at capture."""
+
+    input: int  # user input index
+    shape: list[int]
+    stride: list[int]
+    storage_offset: int
+
+
+@dataclass(frozen=True)
+class AliasGroup:
+    """User inputs that were distinct tensors on one storage when the program was captured.
+
+    With `synthetic_base` set (the name of that graph input), the graph takes their
+    common base (`kind` "view_base": the inputs' autograd base; "storage": the whole
+    storage) and makes the inputs as views of it, so a mutation of one is seen by the
+    others; the runtime accepts only calls whose inputs sit on one storage exactly so.
+    Without it the inputs did not overlap, and the graph treats them as independent.
+    `base` is the base's shape, stride and storage offset at capture.
+    """
+
+    members: list[AliasedInput]
+    synthetic_base: str | None = None
+    kind: Literal["view_base", "storage"] | None = None
+    base: AliasedInput | None = None
+
+
+@dataclass(frozen=True)
 class ProgramMeta:
-    """Mutation and alias facts of one captured program (inference, joint or forward)."""
+    """Mutation and alias facts of one captured program (inference, joint or forward).
+
+    `outputs_same_as_inputs` maps a user output index to the user input eager returned
+    as that very object, where the graph saw only a view of a synthetic base.
+    `inputs_set_requires_grad` are user inputs that forward switches to requires_grad=True
+    (the runtime does that before the graph runs, as the graph was traced that way).
+    """
 
     inputs: list[InputMeta]
     outputs: list[OutputMeta]
     num_intermediate_bases: int
     duplicate_user_inputs: dict[str, int] = field(default_factory=dict)
     grad_enabled_mutation: bool | None = None
+    aliased_inputs: list[AliasGroup] = field(default_factory=list)
+    outputs_same_as_inputs: dict[str, int] = field(default_factory=dict)
+    inputs_set_requires_grad: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

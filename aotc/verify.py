@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.aliasing import realias
 from aotc.bundle import Bundle
 from aotc.errors import AotcError
 from aotc.reference import REFERENCE, backward_with_seeded_grads, clone_tree, run_eager, tolerance
@@ -139,8 +140,10 @@ def _golden(bundle: Bundle) -> Tensors:
 def _golden_inputs(bundle: Bundle, golden: Tensors):
     names = [u.name for u in bundle.signature.user_inputs]
     flat = [golden[f"input:{n}"] for n in names]
-    for dup, first in next(iter(bundle.metadata.programs.values())).duplicate_user_inputs.items():
+    program = next(iter(bundle.metadata.programs.values()))
+    for dup, first in program.duplicate_user_inputs.items():
         flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
+    flat = realias(flat, program.aliased_inputs)  # views of one tensor: pass them so again
     return pytree.tree_unflatten(flat, pytree.treespec_loads(bundle.signature.in_spec))
 
 

@@ -24,19 +24,24 @@ class Body(nn.Module):
             self.register_buffer(name, value)
         self.fn = fn
 
-    def forward(self, x, y):
-        return self.fn(self, x, y)
+    def forward(self, *args, **kwargs):
+        return self.fn(self, *args, **kwargs)
 
 
 @dataclass
 class Case:
+    """One program. `inputs(g)` returns positional args, or a dict with "args",
+    "kwargs" and "leaves" (the tensors that requires-grad inputs were computed from, whose
+    .grad the checker compares). `train` cases are also exported as forward+backward."""
+
     name: str
-    fn: Callable | None = None  # fn(m, x, y) for a Body
+    fn: Callable | None = None  # fn(m, *inputs) for a Body
     module: Callable[[], nn.Module] | None = None
-    inputs: Callable[[], tuple] | None = None
+    inputs: Callable[[torch.Generator], tuple | dict] | None = None
     train: bool = False
     buffers: dict = field(default_factory=dict)
     input_grad: bool = False  # x requires grad (training cases)
+    family: str = "aotc"
 
     def build(self) -> nn.Module:
         torch.manual_seed(0)
@@ -44,17 +49,24 @@ class Case:
             return self.module()
         return Body(self.fn, {k: v.clone() for k, v in self.buffers.items()})
 
-    def make_inputs(self) -> tuple[tuple, dict]:
-        """(args, kwargs), fresh tensors with the same values on every call."""
+    def make_call(self) -> tuple[tuple, dict, list]:
+        """(args, kwargs, leaves): fresh tensors with the same values on every call."""
         g = torch.Generator().manual_seed(1)
         if self.inputs is not None:
             made = self.inputs(g)
-            return (made["args"], made["kwargs"]) if isinstance(made, dict) else (made, {})
+            if isinstance(made, dict):
+                return tuple(made.get("args", ())), dict(made.get("kwargs", {})), list(made.get("leaves", []))
+            return tuple(made), {}, []
         x = torch.randn(3, 4, generator=g)
         y = torch.randn(3, 4, generator=g)
         if self.input_grad:
             x.requires_grad_(True)
-        return (x, y), {}
+        return (x, y), {}, []
+
+    def make_inputs(self) -> tuple[tuple, dict]:
+        """(args, kwargs), fresh tensors with the same values on every call."""
+        args, kwargs, _ = self.make_call()
+        return args, kwargs
 
 
 def _square(g):
@@ -203,4 +215,10 @@ CASES = [
     Case("input_view_output_with_grad", lambda m, x, y: (_lin(m, x), x.view(-1)), train=True, input_grad=True),
 ]
 
-BY_NAME = {c.name: c for c in CASES}
+
+
+def all_cases() -> list[Case]:
+    """This file's cases and those ported from PyTorch's test_aotdispatch.py."""
+    from corpus_upstream import CASES as UPSTREAM
+
+    return [*CASES, *UPSTREAM]

@@ -29,9 +29,13 @@ class TrainingGraphs:
     tangent_outputs: list[int]  # forward output positions that take a gradient, in backward order
     backward_inputs: list[tuple[str, int]]  # ("saved", i) or ("tangent", k) per backward input
     grad_targets: list[int]  # per backward output: the forward input it is the gradient of
+    # forward inputs the epilogue mutates in place: an activation saved from one of them
+    # must be a copy, or the mutation would invalidate it for backward
+    mutated_primals: frozenset[int] = frozenset()
 
     @classmethod
-    def build(cls, forward: Graph, backward: Graph, fw: GraphSignature, bw: GraphSignature) -> "TrainingGraphs":
+    def build(cls, forward: Graph, backward: Graph, fw: GraphSignature, bw: GraphSignature,
+              mutated_primals: frozenset[int] = frozenset()) -> "TrainingGraphs":
         fw_out = [s.name for s in fw.outputs]
         num_visible = sum(1 for s in fw.outputs if s.role != "saved")
         tangent_outputs = []
@@ -44,7 +48,7 @@ class TrainingGraphs:
                 tangent_outputs.append(fw_out.index(slot.target))
         primal_names = [s.name for s in fw.inputs]
         grad_targets = [primal_names.index(s.name.removeprefix("grad:")) for s in bw.outputs]
-        return cls(forward, backward, num_visible, tangent_outputs, backward_inputs, grad_targets)
+        return cls(forward, backward, num_visible, tangent_outputs, backward_inputs, grad_targets, mutated_primals)
 
 
 class GraphFunction(torch.autograd.Function):
@@ -58,6 +62,12 @@ class GraphFunction(torch.autograd.Function):
         outs = graphs.forward(*primals)
         visible, saved = outs[: graphs.num_visible], outs[graphs.num_visible :]
         tensors = [i for i, v in enumerate(saved) if isinstance(v, torch.Tensor)]
+        if graphs.mutated_primals:
+            storages = {primals[i].untyped_storage().data_ptr() for i in graphs.mutated_primals}
+            saved = [
+                v.clone() if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in storages else v
+                for v in saved
+            ]
         ctx.save_for_backward(*[saved[i] for i in tensors])
         ctx.saved_layout = (len(saved), tensors, {i: v for i, v in enumerate(saved) if i not in set(tensors)})
         ctx.graphs = graphs

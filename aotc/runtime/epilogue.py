@@ -8,6 +8,7 @@ no aliased outputs gets `trivial = True` and the caller skips this layer entirel
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,7 @@ class Mutation:
     data: bool
     metadata: bool
     hidden: bool  # apply without autograd (buffers, no_grad mutations, inference)
+    layout: tuple | None = None  # (size, stride, offset) after a metadata mutation, when static
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,14 @@ class OutputPlan:
     view_offset: int | None
     same_as: int | None = None  # the same tensor as user output `same_as`
     view_of: int | None = None  # a view of user output `view_of`
+    requires_grad: bool = False  # as eager's output did
+    # alias_of_input: whether that input required grad at capture; the output's
+    # requires_grad above holds for calls whose input does the same
+    base_requires_grad: bool | None = None
+    # sizes and strides eager's output had, when static: compiled backends (aoti, onnx)
+    # return a fresh tensor, not a view laid out like eager's
+    size: tuple | None = None
+    stride: tuple | None = None
 
 
 class Epilogue:
@@ -54,51 +64,92 @@ class Epilogue:
                     or info.kind == "buffer"
                     or info.mutations_hidden_from_autograd
                     or info.mutations_under_no_grad_or_inference_mode,
+                    layout=(
+                        (info.layout_after.shape, info.layout_after.stride, info.layout_after.storage_offset)
+                        if info.layout_after else None
+                    ),
                 )
             )
+        # inputs traced as views of a synthetic base whose shape or strides changed
+        self.user_metadata = [
+            (i, s.index) for i, s in enumerate(signature.outputs) if s.name.startswith("mutated_metadata:")
+        ]
+        self.same_as_inputs = {int(k): v for k, v in meta.outputs_same_as_inputs.items()}
         user = {s.index: i for i, s in enumerate(signature.outputs) if s.role in ("user_output", "loss")}
         self.outputs = [
-            OutputPlan(user[o.index], o.output_type, o.base_idx, o.view_offset, o.same_as_output, o.view_of_output)
+            OutputPlan(
+                user[o.index], o.output_type, o.base_idx, o.view_offset, o.same_as_output, o.view_of_output,
+                o.requires_grad, meta.inputs[o.base_idx].requires_grad if o.output_type == "alias_of_input" else None,
+                *((tuple(o.tensor.shape), tuple(o.tensor.stride)) if o.tensor and not o.tensor.dynamic_dims else ()),
+            )
             for o in meta.outputs
         ]
         self.bases = [i for i, s in enumerate(signature.outputs) if s.role == "intermediate_base"]
         self.grad_enabled_mutation = meta.grad_enabled_mutation
         self.trivial = (
             not self.mutations
+            and not self.user_metadata
+            and not self.same_as_inputs
             and all(o.kind in _PLAIN and o.same_as is None and o.view_of is None for o in self.outputs)
             and self.grad_enabled_mutation is None
         )
 
-    def apply(self, primals: list, outs: list) -> list:
+    def apply(self, primals: list, outs: list, flat: list) -> list:
+        """`primals` are the graph's inputs, `flat` the caller's flat user inputs."""
         for m in self.mutations:
             target, value = primals[m.primal], outs[m.output]
-            with torch.no_grad() if m.hidden else torch.enable_grad():
-                if m.metadata:
-                    target.as_strided_(value.size(), value.stride(), value.storage_offset())
-                if m.data:
+            if m.metadata:
+                # as AOTAutograd does: in the caller's grad mode, so that autograd sees
+                # the input's new view of its storage (a leaf that requires grad cannot)
+                size, stride, offset = m.layout or (value.size(), value.stride(), value.storage_offset())
+                with torch.no_grad() if target.is_leaf and target.requires_grad else contextlib.nullcontext():
+                    target.as_strided_(size, stride, offset)
+            if m.data:
+                with torch.no_grad() if m.hidden else torch.enable_grad():
                     target.copy_(value)
-        # Plain outputs first: an alias may be a view of a later user output.
+        for output, user in self.user_metadata:
+            target, value = flat[user], outs[output]
+            with torch.no_grad() if target.is_leaf and target.requires_grad else contextlib.nullcontext():
+                target.as_strided_(value.size(), value.stride(), value.storage_offset())
+        # Plain outputs first, then outputs that alias others: an alias may be a view of a
+        # later user output, which may itself alias an intermediate.
         results: list = [outs[p.output] if p.kind in _PLAIN else None for p in self.outputs]
-        for i, plan in enumerate(self.outputs):
+        for i, plan in sorted(enumerate(self.outputs), key=lambda ip: _depends_on_outputs(ip[1])):
             raw = outs[plan.output]
             if plan.kind == "is_input":
                 results[i] = primals[plan.base_idx]
             elif plan.kind == "alias_of_input":
-                results[i] = _view_of(primals[plan.base_idx], raw, plan.view_offset)
+                results[i] = _view_of(primals[plan.base_idx], raw, plan)
             elif plan.kind == "alias_of_intermediate_base_is_user_output":
-                results[i] = _view_of(results[plan.base_idx], raw, plan.view_offset)
+                results[i] = _view_of(results[plan.base_idx], raw, plan)
             elif plan.kind not in _PLAIN:  # alias_of_intermediate, ..._save_as_output
-                results[i] = _view_of(outs[self.bases[plan.base_idx]], raw, plan.view_offset)
+                results[i] = _view_of(outs[self.bases[plan.base_idx]], raw, plan)
             elif plan.same_as is not None:
                 results[i] = results[plan.same_as]
             elif plan.view_of is not None:
-                results[i] = _view_of(results[plan.view_of], raw, plan.view_offset)
+                results[i] = _view_of(results[plan.view_of], raw, plan)
+        for i, user in self.same_as_inputs.items():
+            results[i] = flat[user]
         if self.grad_enabled_mutation is not None:
             torch.set_grad_enabled(self.grad_enabled_mutation)
         return results
 
 
-def _view_of(base: torch.Tensor, raw: torch.Tensor, offset: int | None) -> torch.Tensor:
-    """`raw`'s size and strides as a view of `base`, at the offset recorded at capture."""
+def _depends_on_outputs(plan: OutputPlan) -> bool:
+    return plan.kind == "alias_of_intermediate_base_is_user_output" or plan.same_as is not None or plan.view_of is not None
+
+
+def _view_of(base: torch.Tensor, raw: torch.Tensor, plan: OutputPlan) -> torch.Tensor:
+    """`raw`'s size and strides as a view of `base`, at the offset recorded at capture,
+    requiring grad as eager's output did (AOTAutograd's gen_alias_from_base)."""
+    offset = plan.view_offset
     start = base.storage_offset() + (offset if offset is not None else raw.storage_offset())
-    return base.as_strided(raw.size(), raw.stride(), start)
+    size, stride = (plan.size, plan.stride) if plan.size is not None else (raw.size(), raw.stride())
+    out = base.as_strided(size, stride, start)
+    if plan.base_requires_grad is not None and base.requires_grad != plan.base_requires_grad:
+        return out  # a call unlike the capture: the view follows its base, as in eager
+    if base.requires_grad and not plan.requires_grad:
+        return out.detach()
+    if not base.requires_grad and plan.requires_grad:
+        out.requires_grad_(True)
+    return out

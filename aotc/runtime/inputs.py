@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from aotc.errors import InputError
-from aotc.schema import Metadata, ProgramMeta, UserInput
+from aotc.aliasing import StrideGuard, geometry, may_overlap, realias, storage_key, synthetic_base
+from aotc.schema import AliasGroup, Metadata, ProgramMeta, UserInput
 
 _DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
@@ -95,20 +96,22 @@ def build_checks(metadata: Metadata, user_inputs: list[UserInput]) -> list[Input
 
 @dataclass(frozen=True)
 class AliasGuard:
-    """Duplicates the program was captured with, and the user inputs it mutates.
+    """The aliasing between user inputs that the program was captured with.
 
-    The graphs are valid only for the aliasing pattern seen at capture: a captured
-    duplicate must be passed as the same tensor again, and a mutated input must not share
-    memory with another input unless it did at capture.
+    The graphs are valid only for that pattern: a captured duplicate must be passed as
+    the same tensor again; inputs traced on a synthetic base must again be views of one
+    base, laid out as at capture; and a mutated input must not overlap another input
+    unless it did at capture.
     """
 
     names: list[str]
     duplicates: dict[int, int]
     mutated: list[int]
+    groups: list[AliasGroup]
 
     @property
     def active(self) -> bool:
-        return bool(self.duplicates or self.mutated)
+        return bool(self.duplicates or self.mutated or self.groups)
 
     def check(self, flat: list[torch.Tensor]) -> None:
         for j, i in self.duplicates.items():
@@ -118,12 +121,22 @@ class AliasGuard:
                     "was captured, and the graph treats them as one. Pass the same tensor for both, "
                     "or re-export with distinct example inputs."
                 )
+        as_captured: set[tuple[int, int]] = set()
+        for group in self.groups:
+            if group.synthetic_base is not None:
+                self._check_synthetic_base(group, flat)
+            for a in group.members:
+                for b in group.members:
+                    if group.synthetic_base is not None or (
+                        geometry(flat[a.input]) == (a.shape, a.stride, a.storage_offset)
+                        and geometry(flat[b.input]) == (b.shape, b.stride, b.storage_offset)
+                    ):
+                        as_captured.add((a.input, b.input))
         for m in self.mutated:
-            storage = flat[m].untyped_storage().data_ptr()
             for k, other in enumerate(flat):
-                if k == m or self.duplicates.get(k) == m or self.duplicates.get(m) == k:
+                if k == m or self.duplicates.get(k) == m or self.duplicates.get(m) == k or (m, k) in as_captured:
                     continue
-                if other.untyped_storage().data_ptr() == storage:
+                if storage_key(other) == storage_key(flat[m]) and may_overlap(flat[m], other):
                     raise InputError(
                         f"inputs '{self.names[m]}' and '{self.names[k]}' share memory, and "
                         f"'{self.names[m]}' is mutated in place. The bundle was captured with separate "
@@ -131,6 +144,38 @@ class AliasGuard:
                         f"(e.g. {self.names[k]}.clone()), or export with example inputs that share "
                         "memory the same way."
                     )
+
+    def _check_synthetic_base(self, group: AliasGroup, flat: list) -> None:
+        names = ", ".join(f"'{self.names[m.input]}'" for m in group.members)
+        layout = "; ".join(
+            f"{self.names[m.input]}: shape {tuple(m.shape)}, stride {tuple(m.stride)}, offset {m.storage_offset}"
+            for m in group.members
+        )
+
+        def refuse(why: str) -> None:
+            raise InputError(
+                f"inputs {names} were views of one tensor when the bundle was captured ({layout}), "
+                f"and its graph relies on that; in this call {why}. Pass them laid out as at "
+                "capture, or re-export with example inputs that alias the way these do."
+            )
+
+        owner = flat[group.base.input]
+        if group.kind == "view_base" and owner._base is None:
+            refuse(f"'{self.names[group.base.input]}' is not a view")
+        base = synthetic_base(owner)
+        if geometry(base) != (group.base.shape, group.base.stride, group.base.storage_offset):
+            refuse(f"their base has shape {tuple(base.shape)}, stride {tuple(base.stride())}")
+        for m in group.members:
+            t = flat[m.input]
+            if storage_key(t) != storage_key(base):
+                refuse(f"'{self.names[m.input]}' does not share memory with the others")
+            if group.kind == "view_base" and t is not base and t._base is not base:
+                refuse(f"'{self.names[m.input]}' is not a view of the same tensor as the others")
+            if geometry(t) != (m.shape, m.stride, m.storage_offset):
+                refuse(
+                    f"'{self.names[m.input]}' has shape {tuple(t.shape)}, stride {tuple(t.stride())}, "
+                    f"offset {t.storage_offset()}"
+                )
 
 
 def build_guard(program: ProgramMeta, user_inputs: list[UserInput]) -> AliasGuard:
@@ -141,7 +186,7 @@ def build_guard(program: ProgramMeta, user_inputs: list[UserInput]) -> AliasGuar
         for i in program.inputs
         if i.kind == "user_input" and i.mutation_type != "NOT_MUTATED"
     ]
-    return AliasGuard([u.name for u in user_inputs], duplicates, mutated)
+    return AliasGuard([u.name for u in user_inputs], duplicates, mutated, program.aliased_inputs)
 
 
 def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torch.device = "cpu",
@@ -171,5 +216,7 @@ def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torc
         else:
             lo, hi = meta.value_range or [0, 1]
             t = torch.randint(lo, hi + 1, shape, generator=g).to(dtype)
-        flat.append(t.to(device))
-    return pytree.tree_unflatten(flat, in_spec)
+        # laid out as the example was: compiled graphs are built for that layout
+        flat.append(StrideGuard.of(meta.shape, meta.stride, static=not meta.dynamic_dims).fit(t.to(device)))
+    groups = next((p.aliased_inputs for p in metadata.programs.values() if p.aliased_inputs), [])
+    return pytree.tree_unflatten(realias(flat, groups), in_spec)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from aotc._torch_compat import pytree
+from aotc.aliasing import synthetic_base
 from aotc.bundle import Bundle
 from aotc.errors import InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
@@ -36,11 +37,14 @@ class Program:
         for slot in signature.inputs:
             if slot.role in ("parameter", "buffer"):
                 self.sources.append(("state", *slot_getter(root, slot.target)))
+            elif slot.role == "synthetic_base":
+                self.sources.append(("base", slot.index, None))
             else:
                 self.sources.append(("user", slot.index, None))
         self.epilogue = Epilogue(meta, signature, training)
         self.guard = build_guard(meta, user_inputs)
         self.requires_grad = [i.requires_grad for i in meta.inputs]
+        self.set_requires_grad = meta.inputs_set_requires_grad
         self._state = [(table, name) for src, table, name in self.sources if src == "state"]
         self._user = [table for src, table, _ in self.sources if src == "user"]
         # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
@@ -50,7 +54,10 @@ class Program:
     def primals(self, flat) -> list:
         if self._layout_simple:
             return [table[name] for table, name in self._state] + [flat[i] for i in self._user]
-        return [table[name] if src == "state" else flat[table] for src, table, name in self.sources]
+        return [
+            table[name] if src == "state" else synthetic_base(flat[table]) if src == "base" else flat[table]
+            for src, table, name in self.sources
+        ]
 
 
 class LoadedModule(nn.Module):
@@ -92,9 +99,11 @@ class LoadedModule(nn.Module):
             kind: Program(self, kind, sig.graphs[kind], program_meta, meta.training, sig.user_inputs, graphs[kind])
             for kind, program_meta in meta.programs.items()
         }
-        if "forward" in self._programs:
+        self._training_graphs = None  # a forward bundle with no backward has nothing to differentiate
+        if "backward" in graphs:
+            mutated = frozenset(m.primal for m in self._programs["forward"].epilogue.mutations)
             self._training_graphs = TrainingGraphs.build(
-                graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"]
+                graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated
             )
         self.train(mode == "train")
 
@@ -129,16 +138,19 @@ class LoadedModule(nn.Module):
         flat = self._flatten(args, kwargs)
         if program.guard.active:
             program.guard.check(flat)
+        for i in program.set_requires_grad:  # forward calls requires_grad_() on these
+            if flat[i].is_leaf:
+                flat[i].requires_grad_(True)
         primals = program.primals(flat)
         if torch.is_autocast_enabled(self.device.type):
             # The graphs hold the dtypes captured at export; autocast must not re-cast them.
             with torch.autocast(self.device.type, enabled=False):
-                return self._call(program, primals)
-        return self._call(program, primals)
+                return self._call(program, primals, flat)
+        return self._call(program, primals, flat)
 
-    def _call(self, program: Program, primals: list):
+    def _call(self, program: Program, primals: list, flat):
         grad = torch.is_grad_enabled()
-        if program.kind == "forward" and grad and any(
+        if program.kind == "forward" and grad and self._training_graphs and any(
             p.requires_grad for p, rg in zip(primals, program.requires_grad) if rg
         ):
             outs = self._run_autograd(program, primals)
@@ -152,7 +164,7 @@ class LoadedModule(nn.Module):
             if self._out_is_leaf:
                 return outs[epilogue.outputs[0].output]
             return pytree.tree_unflatten([outs[p.output] for p in epilogue.outputs], self._out_spec)
-        return self._unflatten(epilogue.apply(primals, list(outs)))
+        return self._unflatten(epilogue.apply(primals, list(outs), flat))
 
     def _run_autograd(self, program: Program, primals: list) -> list:
         graphs = self._training_graphs
@@ -180,7 +192,7 @@ class LoadedModule(nn.Module):
         primals = program.primals(flat)
         with torch.no_grad():
             outs = list(program.graph(*primals))
-        program.epilogue.apply(primals, outs)
+        program.epilogue.apply(primals, outs, flat)
         names = [s.name for s in program.signature.inputs]
         loss = None
         with torch.no_grad():

@@ -1,0 +1,137 @@
+"""One eager call at capture, to check what the graphs' metadata says against what eager did.
+
+Capture runs the model once more, eagerly, on copies of the example inputs (related to
+each other as the originals are) and a copy of the model, and records what a caller would
+see: which inputs changed value or layout, which were switched to require grad, which
+outputs are an input object or share its memory. Capture uses it for what AOTAutograd
+does not record (an output that is the caller's own input when the graph saw only a
+synthetic base; `requires_grad_()` on an input), and refuses a capture whose metadata
+disagrees with it: a bundle must never replay something other than what eager did.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from aotc._torch_compat import pytree
+from aotc.aliasing import clone_like, geometry
+from aotc.errors import CaptureError
+from aotc.schema import ProgramMeta
+
+
+@dataclass(frozen=True)
+class EagerCall:
+    """What one eager call did to its flat user inputs, and what its outputs were."""
+
+    data_mutated: frozenset[int]
+    metadata_mutated: tuple[int, ...]
+    requires_grad_set: tuple[int, ...]  # inputs that forward switched to requires_grad=True
+    same_as_inputs: dict[int, int]  # output index -> the input it is
+    shares_with_inputs: dict[int, frozenset[int]]  # output index -> inputs whose memory it views
+    output_requires_grad: dict[int, bool]
+    input_requires_grad: tuple[bool | None, ...]  # before the call
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return torch.equal(a, b)
+
+
+def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) -> EagerCall:
+    """Run a copy of `program` on copies of `flat_user` and record what it did."""
+    inputs = clone_like(flat_user)
+    values = [t.detach().clone() if isinstance(t, torch.Tensor) else None for t in inputs]
+    layouts = [geometry(t) if isinstance(t, torch.Tensor) else None for t in inputs]
+    flags = [t.requires_grad if isinstance(t, torch.Tensor) else None for t in inputs]
+    args, kwargs = pytree.tree_unflatten(inputs, in_spec)
+    try:
+        with torch.set_grad_enabled(training):
+            outputs = pytree.tree_leaves(copy.deepcopy(program)(*args, **kwargs))
+    except Exception as e:
+        raise CaptureError(
+            f"{type(program).__name__} failed when run eagerly on copies of its example inputs: "
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ) from e
+    tensors = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+    same, shares = {}, {}
+    for k, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor):
+            continue
+        same_as = next((i for i, t in tensors if out is t), None)
+        if same_as is not None:
+            same[k] = same_as
+        ptr = out.untyped_storage().data_ptr()
+        viewed = frozenset(i for i, t in tensors if t.untyped_storage().data_ptr() == ptr)
+        if viewed:
+            shares[k] = viewed
+    return EagerCall(
+        data_mutated=frozenset(
+            i for i, t in tensors if geometry(t) == layouts[i] and not _same_values(t.detach(), values[i])
+        ),
+        metadata_mutated=tuple(i for i, t in tensors if geometry(t) != layouts[i]),
+        # requires_grad_() leaves a leaf; an in-place op with a tensor that requires grad does not
+        requires_grad_set=tuple(i for i, t in tensors if t.requires_grad and t.is_leaf and not flags[i]),
+        same_as_inputs=same,
+        shares_with_inputs=shares,
+        output_requires_grad={k: out.requires_grad for k, out in enumerate(outputs) if isinstance(out, torch.Tensor)},
+        input_requires_grad=tuple(flags),
+    )
+
+
+def disagreements(meta: ProgramMeta, eager: EagerCall, user_names: list[str], duplicates: dict[int, int],
+                  differentiable: bool) -> list[str]:
+    """Where the captured program's metadata contradicts the eager call, in words.
+    `differentiable`: the program runs under autograd (a forward+backward bundle)."""
+    problems = []
+    on_base = {m.input for group in meta.aliased_inputs if group.synthetic_base for m in group.members}
+    by_name = {i.name: i for i in meta.inputs if i.kind == "user_input"}
+    for idx in sorted(eager.data_mutated | set(eager.metadata_mutated)):
+        if idx in on_base:
+            continue  # the graph sees their base, which carries the mutation
+        info = by_name.get(user_names[duplicates.get(idx, idx)])
+        if info is None:
+            continue
+        if idx in eager.data_mutated and not info.mutates_data:
+            problems.append(f"eager changes the values of input '{user_names[idx]}' in place; the graph does not")
+        if idx in eager.metadata_mutated and not info.mutates_metadata:
+            problems.append(f"eager changes the shape or strides of input '{user_names[idx]}'; the graph does not")
+    same_recorded = {int(k) for k in meta.outputs_same_as_inputs}
+    for out in meta.outputs:
+        if out.index in same_recorded:
+            continue
+        aliases = out.output_type in ("alias_of_input", "is_input")
+        if out.index in eager.shares_with_inputs and not aliases and not on_base & eager.shares_with_inputs[out.index]:
+            names = ", ".join(f"'{user_names[i]}'" for i in sorted(eager.shares_with_inputs[out.index]))
+            problems.append(f"output {out.index} shares memory with input {names} in eager; the graph returns a copy")
+        if out.index in eager.same_as_inputs and out.output_type != "is_input":
+            problems.append(f"output {out.index} is input '{user_names[eager.same_as_inputs[out.index]]}' itself in eager")
+        if not aliases and eager.output_requires_grad.get(out.index, False) and not differentiable:
+            problems.append(
+                f"output {out.index} requires grad in eager even under no_grad (forward enables grad "
+                "itself); an inference graph cannot give it a gradient: export with --autograd"
+            )
+    return problems
+
+
+def eager_output_requires_grad(meta: ProgramMeta, eager: EagerCall, user_names: list[str]) -> ProgramMeta:
+    """Outputs that alias a user input require grad as eager's did (AOTAutograd misses a
+    `requires_grad_()` on such a view), so the runtime rebuilds them that way; only where
+    the graph was traced with that input requiring grad as eager's did."""
+    position = {name: i for i, name in enumerate(user_names)}
+    outputs = []
+    for out in meta.outputs:
+        base = meta.inputs[out.base_idx] if out.output_type == "alias_of_input" else None
+        user = position.get(base.name) if base is not None and base.kind == "user_input" else None
+        if user is not None and out.index in eager.output_requires_grad and (
+            eager.input_requires_grad[user] == base.requires_grad
+        ):
+            out = dataclasses.replace(out, requires_grad=eager.output_requires_grad[out.index])
+        outputs.append(out)
+    return dataclasses.replace(meta, outputs=outputs)
