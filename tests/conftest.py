@@ -20,7 +20,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from aotc.cli.main import cli  # noqa: E402
 from aotc.model_file import load_model  # noqa: E402
-from corpus import all_cases  # noqa: E402
+from corpus import all_cases, compiled_in_ci  # noqa: E402
 
 # Bundles whose graphs the aoti-backend tests need compiled (sample name, capture mode).
 COMPILED_SAMPLES = [
@@ -33,6 +33,10 @@ COMPILED_SAMPLES = [
     ("tiny_transformer", "autograd"),
     ("tiny_transformer", "joint"),
 ]
+# Corpus cases the aoti-backend tests compile (all of them with AOTC_FULL_CORPUS=1).
+AOTI_CORPUS = (
+    {c.name for c in all_cases()} if os.environ.get("AOTC_FULL_CORPUS") == "1" else compiled_in_ci(all_cases())
+)
 SAMPLES = ROOT / "sample_models"
 SAMPLE_NAMES = ["mlp", "cnn", "tiny_transformer", "inplace", "classifier"]
 MODE_FLAGS = {"inference": [], "joint": ["--joint"], "autograd": ["--autograd"]}
@@ -93,7 +97,8 @@ def compiled(sample_bundles, corpus_bundles) -> bool:
     About 5 s of g++ per graph on 2 cores; the compile cache (build/aotc-cache) makes a
     second run on the same checkout take seconds.
     """
-    corpus = [str(p) for p in corpus_bundles.values() if isinstance(p, Path)]
+    names = AOTI_CORPUS
+    corpus = [str(p) for (name, _), p in corpus_bundles.items() if isinstance(p, Path) and name in names]
     paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + corpus
     with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
         list(pool.map(_compile, paths))
