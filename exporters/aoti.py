@@ -26,10 +26,42 @@ def artifact_path(device: str, kind: str) -> str:
     return f"compiled/{device}/{kind}.pt2"
 
 
+def _copy_views_of_inputs(program) -> None:
+    """Make every output that is a view of a graph input (not the input itself) a copy.
+
+    AOTInductor in torch 2.13 can return such a view with the input's own strides when
+    the input is returned too (e.g. a backward graph returning `tangent` and
+    `tangent.t()`): a silently wrong gradient. A copy in the view's layout has the right
+    values; the runtime rebuilds real views of inputs from the metadata anyway."""
+    graph = program.graph_module.graph
+    output = graph.find_nodes(op="output")[0]
+    placeholders = set(graph.find_nodes(op="placeholder"))
+
+    def views_an_input(node) -> bool:
+        while isinstance(node, torch.fx.Node) and node not in placeholders:
+            target = node.target
+            if not (isinstance(target, torch._ops.OpOverload) and target.is_view):
+                return False
+            node = node.args[0]
+        return isinstance(node, torch.fx.Node)
+
+    copies = {}
+    for node in output.all_input_nodes:
+        if node not in placeholders and views_an_input(node):
+            with graph.inserting_before(output):
+                copy = graph.call_function(torch.ops.aten.clone.default, (node,))
+            copy.meta["val"] = node.meta["val"].clone()
+            copies[node] = copy
+    if copies:
+        output.args = torch.fx.map_arg(output.args, lambda n: copies.get(n, n))
+        program.graph_module.recompile()
+
+
 def compile_graph(program, example_inputs: list, package_path: Path) -> None:
     """AOTInductor-compile `program` (an ExportedProgram) for the device of its inputs."""
     from torch._inductor import aoti_compile_and_package
 
+    _copy_views_of_inputs(program)
     program.example_inputs = (tuple(example_inputs), {})
     try:
         aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=dict(COMPILE_OPTIONS))
@@ -41,13 +73,37 @@ def compile_graph(program, example_inputs: list, package_path: Path) -> None:
 
 
 class CompiledGraph:
-    """An AOTInductor package as a callable over flat tensors, returning a list."""
+    """An AOTInductor package as a callable over flat tensors, returning a list.
 
-    def __init__(self, run):
+    `layouts` (one StrideGuard or None per input) copies an input laid out unlike the
+    compiled code expects into that layout; None where nothing needs checking."""
+
+    def __init__(self, run, layouts: list | None = None):
         self._run = run
+        self._layouts = [(i, g) for i, g in enumerate(layouts or []) if g is not None]
 
     def __call__(self, *args):
+        if self._layouts:
+            args = list(args)
+            for i, guard in self._layouts:
+                args[i] = guard.fit(args[i])
         return self._run(list(args))
+
+
+def input_layouts(bundle, kind: str) -> list | None:
+    """The layout the compiled `kind` graph expects of each user input (and synthetic
+    base); parameters and buffers are the bundle's own, laid out as at compile."""
+    from aotc.aliasing import StrideGuard
+
+    meta = bundle.metadata.programs.get(kind)
+    if meta is None:  # backward: saved activations come from the compiled forward
+        return None
+    return [
+        StrideGuard.of(i.tensor.shape, i.tensor.stride, static=not i.tensor.dynamic_dims)
+        if i.kind in ("user_input", "synthetic_base") and i.tensor is not None
+        else None
+        for i in meta.inputs
+    ]
 
 
 def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
@@ -64,7 +120,7 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     from aotc._torch_compat import aoti_package_runner
 
     index = device.index if device.index is not None else -1
-    return CompiledGraph(aoti_package_runner(str(bundle.path / rel), index))
+    return CompiledGraph(aoti_package_runner(str(bundle.path / rel), index), input_layouts(bundle, kind))
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:
