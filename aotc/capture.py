@@ -21,7 +21,6 @@ puts them back, exactly as AOTAutograd's own runtime wrappers do.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
