@@ -115,9 +115,40 @@ def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+def check_layouts_static(bundle: Bundle, kind: str) -> None:
+    """Refuse a graph whose replay needs view strides only the fx graph knows.
+
+    A compiled graph returns fresh tensors, so the runtime rebuilds outputs that alias an
+    input or intermediate, and inputs whose shape or strides forward changes, from the
+    layouts recorded at capture. With dynamic sizes those are symbolic and not recorded:
+    the view would be rebuilt with the compiled output's strides, which need not be
+    eager's."""
+    program = bundle.metadata.programs.get(kind)
+    if program is None:
+        return
+    plain = ("non_alias", "unsafe_view_alias", "custom_function_view")
+    for out in program.outputs:
+        aliased = out.output_type not in plain or out.same_as_output is not None or out.view_of_output is not None
+        if aliased and out.output_type != "is_input" and out.tensor is not None and out.tensor.dynamic_dims:
+            raise AotcError(
+                f"output {out.index} of the {kind} graph of '{bundle.path}' is a view ({out.base}) with "
+                "dynamic sizes; a compiled graph cannot give it eager's strides. Load this bundle with "
+                "backend='fx', or export without dynamic dims."
+            )
+    for info in program.inputs:
+        if info.mutates_metadata and info.layout_after is None:
+            raise AotcError(
+                f"the {kind} graph of '{bundle.path}' changes the shape or strides of '{info.name}' with "
+                "dynamic sizes; a compiled graph cannot replay that view. Load this bundle with "
+                "backend='fx', or export without dynamic dims."
+            )
+
+
 def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> tuple[dict, bool]:
     """Compile (or fetch from cache) one graph into `target`; returns (fingerprint, cached)."""
     from aotc.exporters import aoti
+
+    check_layouts_static(bundle, kind)
 
     key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, aoti.COMPILE_OPTIONS)
     if cache is not None:

@@ -155,3 +155,19 @@ def test_cuda_compile_and_run(tmp_path):
     assert m.backend == "aoti"
     x = spec.args[0].cuda()
     torch.testing.assert_close(m(x).cpu(), spec.module.eval()(spec.args[0]).detach(), rtol=1e-3, atol=1e-3)
+
+
+def test_dynamic_view_output_is_refused_before_compiling(tmp_path):
+    """A view of an input with dynamic sizes: its strides are symbolic, so a compiled graph
+    (which returns a fresh tensor) could not rebuild it as eager's view: refused, not compiled."""
+    from torch.export import Dim
+
+    from aotc.errors import AotcError
+
+    def f(x):
+        return x.t(), x * 2
+
+    bundle = aotc.export(f, (torch.randn(4, 3),), tmp_path / "b", dynamic_shapes={"x": {0: Dim("n", max=16)}})
+    with pytest.raises(AotcError, match=r"output 0 of the inference graph .* is a view \(x\) with dynamic sizes"):
+        aotc.compile(bundle.path)
+    assert not (bundle.path / "compiled").exists()
