@@ -150,6 +150,22 @@ class DropoutModel(nn.Module):
         return self.drop(self.lin(x)) + y
 
 
+class ReturnsInput(torch.autograd.Function):
+    """A custom autograd.Function whose forward returns its input unchanged."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _two_leaves(g):
+    return torch.randn(3, 4, generator=g).requires_grad_(True), torch.randn(3, 4, generator=g).requires_grad_(True)
+
+
 def _kwargs_inputs(g):
     return {"args": (torch.randn(3, 4, generator=g),), "kwargs": {"scale": torch.randn(3, 4, generator=g)}}
 
@@ -213,6 +229,11 @@ CASES = [
     Case("dropout", module=DropoutModel, train=True),
     Case("input_requires_grad", lambda m, x, y: _lin(m, x) * y, train=True, input_grad=True),
     Case("input_view_output_with_grad", lambda m, x, y: (_lin(m, x), x.view(-1)), train=True, input_grad=True),
+    # differentiable outputs that only alias inputs: no backward graph, gradients flow
+    # through views of the caller's tensors
+    Case("custom_function_returns_input", lambda m, x, y: ReturnsInput.apply(x), inputs=_two_leaves, train=True),
+    Case("same_input_twice_in_output_dict", lambda m, x, y: {"a": x, "b": x}, inputs=_two_leaves, train=True),
+    Case("views_of_two_inputs_only", lambda m, x, y: (x.view(x.shape), y.view(-1)), inputs=_two_leaves, train=True),
 ]
 
 
