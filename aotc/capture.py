@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,18 +31,22 @@ from torch.export import Dim, ExportedProgram
 from aotc import _torch_compat as tc
 from aotc import eager_check
 from aotc._torch_compat import pytree
-from aotc.aliasing import clone_like, exact_copy, geometry, storage_groups, synthetic_base
+from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.errors import CaptureError
+from aotc.graph_meta import (
+    alias_groups,
+    build_program_meta,
+    eager_views,
+    graph_placeholders,
+    members,
+    output_descs,
+    output_nodes,
+    tensor_meta,
+)
 from aotc.model_file import forward_arg_names
 from aotc.schema import (
-    AliasedInput,
-    AliasGroup,
     BackwardSignature,
-    DynamicDim,
     GraphSignature,
-    InputMeta,
-    Layout,
-    OutputMeta,
     ProgramMeta,
     Slot,
     TensorMeta,
@@ -204,45 +207,6 @@ def _positional_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> A
     return out
 
 
-def _symbol_range(sym: torch.SymInt) -> tuple[str, int, int | None]:
-    node = sym.node
-    expr = node.expr
-    vr = node.shape_env.var_to_range.get(expr) if expr.is_symbol else None
-    lo = _finite_int(vr.lower) if vr is not None else None
-    hi = _finite_int(vr.upper) if vr is not None else None
-    return str(expr), lo or 0, hi
-
-
-def _finite_int(value: Any) -> int | None:
-    """A sympy bound as an int; None for (int_)oo."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, AttributeError):
-        return None
-    return int(number) if math.isfinite(number) else None
-
-
-def _dynamic_dims(val: Any) -> dict[str, DynamicDim]:
-    if not isinstance(val, torch.Tensor):
-        return {}
-    dims = {}
-    for i, s in enumerate(val.shape):
-        if isinstance(s, torch.SymInt) and not s.node.expr.is_number:
-            name, lo, hi = _symbol_range(s)
-            dims[str(i)] = DynamicDim(symbol=name, min=lo, max=hi)
-    return dims
-
-
-def _tensor_meta(real: torch.Tensor, fake: Any = None) -> TensorMeta:
-    return TensorMeta(
-        shape=list(real.shape),
-        stride=list(real.stride()),
-        dtype=str(real.dtype).removeprefix("torch."),
-        device=str(real.device),
-        dynamic_dims=_dynamic_dims(fake),
-    )
-
-
 def _value_range(t: torch.Tensor) -> list[int] | None:
     if t.dtype.is_floating_point or t.dtype.is_complex or t.numel() == 0:
         return None
@@ -335,196 +299,6 @@ def _output_slot(desc: Any, names: Names, loss: bool) -> Slot:
         name, _, target, index = _input_name(desc.grad_of, names)
         return Slot(f"grad:{name}", "gradient", target, index)
     raise CaptureError(f"unexpected graph output {desc!r}; this model uses a feature aotc v1 does not support")
-
-
-def _placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return list(gm.graph.find_nodes(op="placeholder"))
-
-
-def _output_node(gm: torch.fx.GraphModule) -> torch.fx.Node:
-    return gm.graph.find_nodes(op="output")[0]
-
-
-def _flat_output_descs(gm: torch.fx.GraphModule) -> list[Any]:
-    descs = _output_node(gm).meta.get("desc")
-    if descs and isinstance(descs[0], list):  # (outputs, grads) joint layout is pre-flattened
-        descs = descs[0]
-    return list(descs)
-
-
-def _flat_output_nodes(gm: torch.fx.GraphModule) -> list[Any]:
-    args = _output_node(gm).args[0]
-    flat, _ = pytree.tree_flatten(args, is_leaf=lambda x: x is None)
-    return flat
-
-
-# --------------------------------------------------------------------------- metadata
-
-
-def _view_chain(node: Any, stop: set[Any]) -> tuple[list[str], int | None]:
-    """View ops from the output's base (a node in `stop`, or a non-view) to `node`, and
-    the output's storage offset relative to that base (None when symbolic)."""
-    chain = []
-    out = node
-    while isinstance(node, torch.fx.Node) and node not in stop:
-        target = node.target
-        if not (isinstance(target, tc.OpOverload) and target.is_view):
-            break
-        rest = ", ".join(str(a) for a in node.args[1:])
-        chain.append(f"{target}({rest})" if rest else str(target))
-        node = node.args[0]
-    offset = None
-    out_val = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
-    base_val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    if isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor):
-        delta = out_val.storage_offset() - base_val.storage_offset()
-        offset = int(delta) if isinstance(delta, int) or not delta.node.expr.free_symbols else None
-    return list(reversed(chain)), offset
-
-
-def _intermediate_base(node: Any, base_nodes: list[Any], recorded: int | None) -> int:
-    """Which intermediate base output `node` is a view of: the root of its view chain.
-    (With synthetic bases, AOTAutograd's recorded index is remapped as if it were an
-    input's, so the graph is the reliable source.)"""
-    if isinstance(node, torch.fx.Node):
-        chain, _ = _view_chain(node, set(base_nodes))
-        root = _chain_root(node, len(chain))
-        if root in base_nodes:
-            return base_nodes.index(root)
-    if recorded is not None and recorded < len(base_nodes):
-        return recorded
-    raise CaptureError("an output aliases an intermediate tensor aotc cannot locate in the graph")
-
-
-def _relative_offset(node: Any, base: Any) -> int | None:
-    """Storage offset of `node`'s value relative to `base`'s (None when unknown or symbolic)."""
-    out_val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    base_val = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
-    if not (isinstance(out_val, torch.Tensor) and isinstance(base_val, torch.Tensor)):
-        return None
-    delta = out_val.storage_offset() - base_val.storage_offset()
-    return int(delta) if isinstance(delta, int) or not delta.node.expr.free_symbols else None
-
-
-def _layouts_after(gm: torch.fx.GraphModule) -> list[Layout | None]:
-    """Per primal input: the static layout of its mutated value, where the graph returns one."""
-    primals = [p for p in _placeholders(gm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
-    position = {p.meta.get("desc"): i for i, p in enumerate(primals)}
-    layouts: list[Layout | None] = [None] * len(primals)
-    for desc, node in zip(_flat_output_descs(gm), _flat_output_nodes(gm)):
-        if not isinstance(desc, tc.InputMutationAOTOutput) or desc.mutated_input not in position:
-            continue
-        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if isinstance(val, torch.Tensor):
-            values = [*val.shape, *val.stride(), val.storage_offset()]
-            if all(isinstance(v, int) for v in values):
-                layouts[position[desc.mutated_input]] = Layout(list(val.shape), list(val.stride()), val.storage_offset())
-    return layouts
-
-
-def _chain_root(node: torch.fx.Node, length: int) -> torch.fx.Node:
-    for _ in range(length):
-        node = node.args[0]
-    return node
-
-
-def _program_meta(
-    jd_gm: torch.fx.GraphModule,
-    fw_metadata: Any,
-    input_slots: list[Slot],
-    real_inputs: list[torch.Tensor],
-    fake_inputs: list[Any],
-    real_outputs: list[Any],
-    duplicates: dict[int, int],
-    eager_views: dict[int, int] | None = None,
-) -> ProgramMeta:
-    """`eager_views`: user outputs that view one input in eager (output -> graph input
-    position) where AOTAutograd calls them non-aliasing (views from multi-output ops like
-    unbind, which it will not regenerate): the runtime rebuilds them as views."""
-    layouts_after = _layouts_after(jd_gm)
-    inputs = []
-    for slot, info, real, fake, layout in zip(
-        input_slots, fw_metadata.input_info, real_inputs, fake_inputs, layouts_after, strict=True
-    ):
-        inputs.append(
-            InputMeta(
-                kind=slot.role,
-                name=slot.name,
-                tensor=_tensor_meta(real, fake),
-                requires_grad=info.requires_grad,
-                is_leaf=info.is_leaf,
-                mutates_data=info.mutates_data,
-                mutates_metadata=info.mutates_metadata,
-                mutates_storage_metadata=info.mutates_storage_metadata,
-                mutations_hidden_from_autograd=info.mutations_hidden_from_autograd,
-                mutations_under_no_grad_or_inference_mode=info.mutations_under_no_grad_or_inference_mode,
-                mutation_type=info.mutation_type.name,
-                layout_after=layout if info.mutates_metadata else None,
-            )
-        )
-
-    descs = _flat_output_descs(jd_gm)
-    nodes = _flat_output_nodes(jd_gm)
-    user_out_nodes = {d.idx: n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput)}
-    base_nodes = [n for d, n in zip(descs, nodes) if isinstance(d, tc.IntermediateBaseAOTOutput)]
-    placeholders = _placeholders(jd_gm)
-    placeholder_nodes = set(placeholders)
-    out_node_index = {}
-    for i in sorted(user_out_nodes):
-        out_node_index.setdefault(user_out_nodes[i], i)
-    outputs = []
-    # AOTAutograd lists metadata-mutated inputs of a synthetic base after the user outputs
-    for i, info in enumerate(fw_metadata.output_info[: len(user_out_nodes)]):
-        kind, base_idx = info.output_type.name, info.base_idx
-        if kind == "non_alias" and i in (eager_views or {}):
-            kind, base_idx = "alias_of_input", eager_views[i]
-        if kind in ("alias_of_input", "is_input"):
-            base, base_node = input_slots[base_idx].name, placeholders[base_idx]
-        elif kind == "alias_of_intermediate_base_is_user_output":
-            base, base_node = f"output[{base_idx}]", user_out_nodes.get(base_idx)
-        elif kind.startswith("alias_of_intermediate"):
-            base_idx = _intermediate_base(user_out_nodes.get(i), base_nodes, base_idx)
-            base, base_node = f"intermediate_base[{base_idx}]", base_nodes[base_idx]
-        else:
-            base = base_node = None
-        real = real_outputs[i] if i < len(real_outputs) else None
-        node = user_out_nodes.get(i)
-        chain, offset = [], None
-        if base is not None and node is not None:
-            chain, _ = _view_chain(node, placeholder_nodes)
-            offset = _relative_offset(node, base_node)
-        same_as = view_of = None
-        if kind in ("non_alias", "unsafe_view_alias") and node is not None:
-            if out_node_index.get(node, i) != i:
-                same_as = out_node_index[node]
-            else:
-                root_chain, root_offset = _view_chain(node, set(out_node_index) - {node})
-                root = _chain_root(node, len(root_chain))
-                if root_chain and root in out_node_index and out_node_index[root] != i:
-                    view_of, chain, offset = out_node_index[root], root_chain, root_offset
-        outputs.append(
-            OutputMeta(
-                index=i,
-                output_type=kind,
-                base_idx=base_idx,
-                base=base,
-                requires_grad=info.requires_grad,
-                tensor=_tensor_meta(real, node.meta.get("val") if node is not None else None)
-                if isinstance(real, torch.Tensor)
-                else None,
-                view_replay=chain,
-                view_offset=offset,
-                same_as_output=same_as,
-                view_of_output=view_of,
-            )
-        )
-    return ProgramMeta(
-        inputs=inputs,
-        outputs=outputs,
-        num_intermediate_bases=fw_metadata.num_intermediate_bases,
-        duplicate_user_inputs={str(k): v for k, v in duplicates.items()},
-        grad_enabled_mutation=fw_metadata.grad_enabled_mutation,
-    )
 
 
 # ---------------------------------------------------------------------------- capture
@@ -692,7 +466,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     jgm, fw_metadata, out_spec, partitioned = _aot_capture(model, gm, f_args, f_kwargs, options)
 
     # Everything below runs on real tensors, outside AOTAutograd's fake mode.
-    primal_nodes = [p for p in _placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+    primal_nodes = [p for p in graph_placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
     primal_slots = [Slot(*_input_name(p.meta["desc"], names)) for p in primal_nodes]
     real_primals = [_real_input(slot, state, flat_user) for slot in primal_slots]
     fake_primals = [p.meta["val"] for p in primal_nodes]
@@ -701,7 +475,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         graphs["inference"] = _finish("inference", jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
         user_out_values = _run_user_outputs(graphs["inference"])
     elif options.mode == "joint":
-        tangent_nodes = [p for p in _placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
+        tangent_nodes = [p for p in graph_placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
         if any(not isinstance(n.meta["desc"].output, tc.PlainAOTOutput) for n in tangent_nodes):
             raise CaptureError(
                 f"{type(model).__name__} mutates an input that requires grad; a joint graph supports "
@@ -723,17 +497,17 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         user_out_values = _user_outputs(graphs["forward"], fw_values)
         graphs["backward"] = _capture_backward(bw, graphs["forward"], fw_values, names)
 
-    program_meta = _program_meta(
+    program_meta = build_program_meta(
         jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates,
-        eager_views=_eager_views(eager, primal_slots, aliased),
+        eager_views=eager_views(eager, primal_slots, aliased),
     )
     if aliased:
         base_inputs = {s.index for s in primal_slots if s.role == "synthetic_base"}
         program_meta = dataclasses.replace(
             program_meta,
-            aliased_inputs=_alias_groups(flat_user, primal_slots),
+            aliased_inputs=alias_groups(flat_user, primal_slots),
             outputs_same_as_inputs={
-                str(k): v for k, v in eager.same_as_inputs.items() if base_inputs and v in _members(aliased)
+                str(k): v for k, v in eager.same_as_inputs.items() if base_inputs and v in members(aliased)
             },
         )
     program_meta = dataclasses.replace(program_meta, inputs_set_requires_grad=list(eager.requires_grad_set))
@@ -747,7 +521,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
 
     user_input_meta = [
-        dataclasses.replace(_tensor_meta(t, f), value_range=_value_range(t)) for t, f in zip(flat_user, fake_user)
+        dataclasses.replace(tensor_meta(t, f), value_range=_value_range(t)) for t, f in zip(flat_user, fake_user)
     ]
     meta_key = "forward" if options.mode == "autograd" else options.mode
     return Capture(
@@ -768,39 +542,6 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
             for name in module._non_persistent_buffers_set
         ],
     )
-
-
-def _eager_views(eager: eager_check.EagerCall, slots: list[Slot], aliased: list[list[int]]) -> dict[int, int]:
-    """Outputs that view exactly one user input in eager -> that input's graph position."""
-    position = {s.index: p for p, s in enumerate(slots) if s.role == "user_input"}
-    on_base = _members(aliased)
-    return {
-        k: position[j]
-        for k, inputs in eager.shares_with_inputs.items()
-        if len(inputs) == 1 and (j := next(iter(inputs))) in position and j not in on_base
-    }
-
-
-def _members(groups: list[list[int]]) -> set[int]:
-    return {i for group in groups for i in group}
-
-
-def _alias_groups(flat_user: list, slots: list[Slot]) -> list[AliasGroup]:
-    """The storage each group of aliased user inputs shared at capture, and its synthetic
-    base when AOTAutograd traced them on one."""
-    bases = {s.index: s for s in slots if s.role == "synthetic_base"}
-    groups = []
-    for group in storage_groups(flat_user):
-        members = [AliasedInput(i, *geometry(flat_user[i])) for i in group]
-        slot = next((bases[i] for i in group if i in bases), None)
-        if slot is None:
-            groups.append(AliasGroup(members))
-            continue
-        owner = flat_user[slot.index]
-        kind = "view_base" if owner._base is not None else "storage"
-        base = AliasedInput(slot.index, *geometry(synthetic_base(owner)))
-        groups.append(AliasGroup(members, slot.name, kind, base))
-    return groups
 
 
 def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool | None:
@@ -858,7 +599,7 @@ def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
         jgm = jd.graph_module
         if options.mode == "joint":
             _check_scalar_loss(jgm)
-        is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in _placeholders(jgm))
+        is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in graph_placeholders(jgm))
         fw_metadata = jd._aot_state.fw_metadata
         if options.mode == "inference" and is_joint_graph:
             raise CaptureError(
@@ -910,8 +651,8 @@ def _detached(tree):
 
 
 def _check_scalar_loss(joint: torch.fx.GraphModule) -> None:
-    descs = _flat_output_descs(joint)
-    nodes = _flat_output_nodes(joint)
+    descs = output_descs(joint)
+    nodes = output_nodes(joint)
     loss = next(n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput))
     val = loss.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dim() != 0:
@@ -944,15 +685,15 @@ def _real_input(slot: Slot, state: dict[str, torch.Tensor], flat_user: list[torc
 
 def _kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
     """Positions of the graph's non-None outputs, and their slots."""
-    descs = _flat_output_descs(gm)
-    keep = [i for i, n in enumerate(_flat_output_nodes(gm)) if n is not None]
+    descs = output_descs(gm)
+    keep = [i for i, n in enumerate(output_nodes(gm)) if n is not None]
     return keep, [_output_slot(descs[i], names, loss) for i in keep]
 
 
 def _finish(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
     """Re-export `gm` as a flat program that drops its None outputs."""
     keep, out_slots = _kept_outputs(gm, names, loss=kind == "joint")
-    nodes = _flat_output_nodes(gm)
+    nodes = output_nodes(gm)
     sizes = frozenset(
         j for j, i in enumerate(keep)
         if out_slots[j].role == "saved" and isinstance(nodes[i].meta.get("val"), (int, torch.SymInt))
@@ -996,7 +737,7 @@ def _user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
 def _capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Names) -> CapturedGraph:
     fw_out_slots = forward.signature.outputs
     saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
-    placeholders = _placeholders(bw)
+    placeholders = graph_placeholders(bw)
     # AOTAutograd's backward takes the saved sizes first, then the saved tensors; the
     # forward returned the sizes as (n, 0) carriers (see FlatCall).
     num_sizes = sum(1 for p in placeholders if isinstance(p.meta.get("val"), (int, torch.SymInt)))
