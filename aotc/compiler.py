@@ -135,7 +135,18 @@ def check_layouts_static(bundle: Bundle, kind: str) -> None:
                 "dynamic sizes; a compiled graph cannot give it eager's strides. Load this bundle with "
                 "backend='fx', or export without dynamic dims."
             )
+    from aotc.aliasing import StrideGuard, dense_strides
+
     for info in program.inputs:
+        t = info.tensor
+        if info.kind in ("user_input", "synthetic_base") and t is not None and t.dynamic_dims:
+            guard = StrideGuard.of(t.shape, t.stride, static=False)
+            if tuple(t.stride) != dense_strides(t.shape, guard.order):
+                raise AotcError(
+                    f"input '{info.name}' of the {kind} graph of '{bundle.path}' was not dense "
+                    f"(stride {tuple(t.stride)}) and has dynamic sizes; a compiled graph could not be "
+                    "given its layout. Export with a dense example (.contiguous()), or use backend='fx'."
+                )
         if info.mutates_metadata and info.layout_after is None:
             raise AotcError(
                 f"the {kind} graph of '{bundle.path}' changes the shape or strides of '{info.name}' with "
