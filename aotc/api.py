@@ -21,6 +21,7 @@ from aotc.bundle import (
     staging_dir,
     write_json,
 )
+from aotc._torch_compat import pytree
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.errors import AotcError
 from aotc.model_file import FunctionModule, _split_inputs
@@ -46,7 +47,8 @@ def _write_weights(capture_: Capture, root: Path) -> None:
     from safetensors.torch import save_file
 
     # safetensors wants contiguous, unshared storage: one copy per name.
-    tensors = {k: v.detach().contiguous().clone() for k, v in capture_.state.items()}
+    constants = {k: v for graph in capture_.graphs.values() for k, v in graph.constants.items()}
+    tensors = {k: v.detach().contiguous().clone() for k, v in (capture_.state | constants).items()}
     save_file(tensors, str(root / WEIGHTS), metadata={"format": "pt"})
 
 
@@ -131,10 +133,17 @@ def export(
             tolerances=tolerances,
         )
         write_json(root / MANIFEST, manifest)
+        if captured.small_sizes:
+            if on_phase:
+                on_phase("check sizes")
+            from aotc.size_check import check_small_sizes
+
+            flat = pytree.tree_leaves((args, kwargs))
+            metadata = check_small_sizes(root, metadata, captured.small_sizes, module, flat, captured.in_spec, names,
+                                         mode, loss, captured.training)
+            write_json(root / METADATA, metadata)
     return Bundle.open(out)
 
 
 def _dumps(spec) -> str:
-    from aotc._torch_compat import pytree
-
     return pytree.treespec_dumps(spec)

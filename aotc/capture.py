@@ -22,28 +22,33 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.export import Dim, ExportedProgram
+from torch.export import ExportedProgram
 
 from aotc import _torch_compat as tc
 from aotc import eager_check
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.errors import CaptureError
+from aotc.flat_graph import FlatCall, lift_constants, reexport
 from aotc.graph_meta import (
     alias_groups,
     build_program_meta,
     eager_views,
+    finite_int,
     graph_placeholders,
     members,
     output_descs,
     output_nodes,
     tensor_meta,
+    traced_min,
 )
-from aotc.model_file import forward_arg_names
+from aotc.model_file import FunctionModule, forward_arg_names
+from aotc.outputs import plain_outputs
 from aotc.schema import (
     BackwardSignature,
     GraphSignature,
@@ -81,6 +86,7 @@ class CapturedGraph:
     signature: GraphSignature
     example_inputs: list[torch.Tensor]
     size_outputs: frozenset[int] = frozenset()  # outputs that are (n, 0) size carriers
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # by slot target, stored with the weights
 
 
 @dataclass
@@ -99,55 +105,33 @@ class Capture:
     partitioner: str | None
     state_aliases: dict[str, str] = field(default_factory=dict)
     non_persistent_buffers: list[str] = field(default_factory=list)
+    # symbol -> the smallest size the trace assumed, where the user declared a smaller one;
+    # the exporter runs the sizes in between against eager before it accepts them
+    small_sizes: dict[str, int] = field(default_factory=dict)
 
 
 class Program(torch.nn.Module):
-    """The model, optionally followed by its loss: the thing torch.export traces."""
+    """The model, optionally followed by its loss: the thing torch.export traces.
 
-    def __init__(self, model: torch.nn.Module, loss=None):
+    With `keywords`, the last len(keywords) positional arguments are passed to the model
+    as those keywords: torch.export is then called with positional inputs only, since it
+    mis-matches dynamic_shapes with keyword inputs of a forward that takes **kwargs.
+    """
+
+    def __init__(self, model: torch.nn.Module, loss=None, keywords: tuple[str, ...] = ()):
         super().__init__()
         self.model = model
         self.loss = loss
+        self.keywords = keywords
 
     def forward(self, *args, **kwargs):
+        if self.keywords:
+            split = len(args) - len(self.keywords)
+            args, kwargs = args[:split], dict(zip(self.keywords, args[split:]), **kwargs)
         out = self.model(*args, **kwargs)
         if self.loss is None:
-            return out
+            return plain_outputs(out)
         return self.loss(out, *args, **kwargs)
-
-
-class FlatCall(torch.nn.Module):
-    """Calls a captured graph with flat tensors and returns the non-None outputs.
-
-    Sizes saved for backward (symints) travel as empty `(n, 0)` tensors: AOTInductor
-    packages take and return tensors only. `size_outputs` are output positions (after
-    dropping Nones) to wrap that way, `size_inputs` input positions to unwrap.
-    """
-
-    def __init__(self, fn, keep: list[int], tangents: list[torch.dtype] | None = None,
-                 size_outputs: frozenset[int] = frozenset(), size_inputs: frozenset[int] = frozenset()):
-        super().__init__()
-        self.fn = fn
-        self.keep = keep
-        self.tangents = tangents  # joint graphs: the loss's dtype; its tangent is 1
-        self.size_outputs = size_outputs
-        self.size_inputs = size_inputs
-
-    def forward(self, *args):
-        if self.size_inputs:
-            args = tuple(a.shape[0] if i in self.size_inputs else a for i, a in enumerate(args))
-        if self.tangents is None:
-            outs = self.fn(*args)
-        else:
-            outs = self.fn(list(args), [torch.ones((), dtype=dtype) for dtype in self.tangents])
-        outs = pytree.tree_flatten(outs, is_leaf=lambda x: x is None)[0]
-        kept = [outs[i] for i in self.keep]
-        return tuple(size_carrier(v) if i in self.size_outputs else v for i, v in enumerate(kept))
-
-
-def size_carrier(n) -> torch.Tensor:
-    """An int as the first dim of an empty tensor (no memory), so it can cross a graph edge."""
-    return torch.empty((n, 0))
 
 
 _PREFIX = "model."
@@ -180,59 +164,71 @@ def _check_plain_tensors(module: torch.nn.Module, flat: list[Any], names: list[s
 
 
 def _positional_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
-    """The user's dynamic_shapes (keyed by forward's names, or positional) for Program."""
+    """The user's dynamic_shapes, written against the model's forward as torch.export
+    documents it (a dict keyed by forward's parameter names, or a tuple in their order;
+    a `*args` or `**kwargs` parameter takes a tuple or dict of its own), for Program,
+    whose forward is `(*args, **kwargs)`."""
     if spec is None:
         return None
-    if isinstance(spec, dict):
-        names = forward_arg_names(model, args, kwargs)
-        unknown = set(spec) - set(names) - set(kwargs)
-        if unknown:
+    target = model.fn if isinstance(model, FunctionModule) else model.forward
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        bound = None
+    params = bound.signature.parameters if bound is not None else {}
+    names = list(bound.arguments) if bound is not None else forward_arg_names(model, args, kwargs) + list(kwargs)
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != len(names):
             raise CaptureError(
-                f"dynamic_shapes names {sorted(unknown)}, which are not inputs of "
-                f"{type(model).__name__}.forward (inputs: {names + list(kwargs)})."
+                f"dynamic_shapes is a {type(spec).__name__} of {len(spec)}; {type(model).__name__}.forward "
+                f"is called with {len(names)} input(s) ({', '.join(names)}). Give one entry per input, "
+                "or a dict keyed by these names."
             )
-        arg_specs = tuple(spec.get(n) for n in names)
-        kw_specs = {k: spec.get(k) for k in kwargs}
-    elif isinstance(spec, (list, tuple)):
-        arg_specs = tuple(spec[: len(args)])
-        kw_specs = {}
-    else:
+        spec = dict(zip(names, spec))
+    if not isinstance(spec, dict):
         raise CaptureError(
             f"dynamic_shapes is a {type(spec).__name__}; expected a dict keyed by forward's "
             "argument names, or a tuple in argument order (torch.export's format)."
         )
-    out = {"args": arg_specs}
-    if kwargs:
-        out["kwargs"] = kw_specs
-    return out
+    unknown = set(spec) - set(names)
+    if unknown:
+        raise CaptureError(
+            f"dynamic_shapes names {sorted(unknown)}, which are not inputs of "
+            f"{type(model).__name__}.forward in this call (inputs: {', '.join(names)})."
+        )
+
+    def kind(name):
+        p = params.get(name)
+        return p.kind if p is not None else None
+
+    # Where each positional argument and keyword went in forward's signature.
+    arg_specs, position = [], 0
+    for name in names:
+        if position >= len(args):
+            break
+        if kind(name) is inspect.Parameter.VAR_POSITIONAL:
+            count = len(bound.arguments[name])
+            sub = spec.get(name)
+            arg_specs += list(sub) if sub is not None else [None] * count
+            position += count
+        elif kind(name) is not inspect.Parameter.VAR_KEYWORD:
+            arg_specs.append(spec.get(name))
+            position += 1
+    kw_specs = {}
+    for key in kwargs:
+        if key in names and kind(key) is not inspect.Parameter.VAR_KEYWORD:
+            kw_specs[key] = spec.get(key)
+        else:  # gathered by forward's **kwargs parameter
+            var_kw = next((n for n in names if kind(n) is inspect.Parameter.VAR_KEYWORD), None)
+            kw_specs[key] = (spec.get(var_kw) or {}).get(key) if var_kw else spec.get(key)
+    # torch.export binds these to Program.forward(*args, **kwargs): an empty group has no key
+    return {"args": tuple(arg_specs), "kwargs": kw_specs}
 
 
 def _value_range(t: torch.Tensor) -> list[int] | None:
     if t.dtype.is_floating_point or t.dtype.is_complex or t.numel() == 0:
         return None
     return [int(t.min()), int(t.max())]
-
-
-def _export_dynamic_shapes(vals: list[Any], size_inputs: frozenset[int] = frozenset()) -> tuple | None:
-    """torch.export dynamic_shapes for a flat graph, from its placeholders' fake values.
-
-    Every symbolic dim (and saved size) becomes Dim.AUTO: the graph is already traced, so
-    export only has to rediscover the relations between sizes. The user's ranges live in
-    metadata.json, where the runtime checks them.
-    """
-    specs = []
-    for i, v in enumerate(vals):
-        symbolic = isinstance(v, torch.SymInt) and not v.node.expr.is_number
-        if i in size_inputs:
-            specs.append({0: Dim.AUTO} if symbolic else None)  # an (n, 0) size carrier
-        elif symbolic:
-            specs.append(Dim.AUTO)
-        elif isinstance(v, torch.Tensor):
-            dims = {i: Dim.AUTO for i, s in enumerate(v.shape) if isinstance(s, torch.SymInt) and not s.node.expr.is_number}
-            specs.append(dims or None)
-        else:
-            specs.append(None)
-    return (tuple(specs),) if any(s is not None for s in specs) else None
 
 
 # --------------------------------------------------------------------- descriptors
@@ -324,29 +320,19 @@ def _flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[
 
 
 def _export_program(program: Program, args, kwargs, dynamic_shapes) -> ExportedProgram:
-    model = program.model
+    """torch.export of `program`, with keyword inputs passed positionally (see Program);
+    the result's module takes `(*args, *kwargs.values())`."""
+    spec = _positional_dynamic_shapes(program.model, args, kwargs, dynamic_shapes)
+    flat_spec = None if spec is None else {"args": (*spec["args"], *spec["kwargs"].values())}
+    positional = Program(program.model, program.loss, keywords=tuple(kwargs))
     return torch.export.export(
-        program, args, kwargs, dynamic_shapes=_positional_dynamic_shapes(model, args, kwargs, dynamic_shapes), strict=False
+        positional, (*args, *kwargs.values()), dynamic_shapes=flat_spec, strict=False
     )
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else ""
-
-
-def _reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str,
-              size_inputs: frozenset[int] = frozenset()) -> ExportedProgram:
-    try:
-        return torch.export.export(
-            fn, tuple(example_inputs), dynamic_shapes=_export_dynamic_shapes(fake_vals, size_inputs), strict=False
-        )
-    except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CaptureError(
-            f"the captured {kind} graph could not be exported as a flat program: "
-            f"{type(e).__name__}: {first} Pass --debug for torch's full message."
-        ) from e
 
 
 def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, options: CaptureOptions = CaptureOptions()) -> Capture:
@@ -455,6 +441,8 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         grad_mode_after = None
         fake_user = [clones[i] for i in range(len(flat_user))]
     f_args, f_kwargs = pytree.tree_unflatten(fake_user, in_spec)
+    if ep is not None:  # its module takes keyword inputs positionally (see _export_program)
+        f_args, f_kwargs = (*f_args, *f_kwargs.values()), {}
 
     state = {
         names.state(k): v.detach()
@@ -520,9 +508,14 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     if program_meta.grad_enabled_mutation is None and grad_mode_after is not None:
         program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
 
+    # The ranges the user declared (torch.export reports them; its trace assumed sizes >= 2)
+    declared = _declared_ranges(ep) if ep is not None else {}
     user_input_meta = [
-        dataclasses.replace(tensor_meta(t, f), value_range=_value_range(t)) for t, f in zip(flat_user, fake_user)
+        dataclasses.replace(tensor_meta(t, f, declared), value_range=_value_range(t))
+        for t, f in zip(flat_user, fake_user)
     ]
+    traced = {k: v for f in fake_user for k, v in traced_min(f).items()}
+    small_sizes = {s: traced[s] for s, (lo, _) in declared.items() if s in traced and lo < traced[s]}
     meta_key = "forward" if options.mode == "autograd" else options.mode
     return Capture(
         graphs=graphs,
@@ -536,12 +529,21 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         training=training,
         partitioner=options.partitioner if options.mode == "autograd" else None,
         state_aliases=names.aliases,
+        small_sizes=small_sizes,
         non_persistent_buffers=[
             f"{prefix}.{name}" if prefix else name
             for prefix, module in model.named_modules()
             for name in module._non_persistent_buffers_set
         ],
     )
+
+
+def _declared_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:
+    return {
+        str(sym): (finite_int(vr.lower) or 0, finite_int(vr.upper))
+        for sym, vr in ep.range_constraints.items()
+        if getattr(sym, "is_symbol", False)
+    }
 
 
 def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool | None:
@@ -698,15 +700,26 @@ def _finish(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents
         j for j, i in enumerate(keep)
         if out_slots[j].role == "saved" and isinstance(nodes[i].meta.get("val"), (int, torch.SymInt))
     )
-    program = _reexport(FlatCall(gm, keep, tangents, size_outputs=sizes), real_inputs, fake_inputs, kind)
+    flat, constants = lift_constants(gm)
+    const_slots = _constant_slots(kind, constants)
+    program = reexport(
+        FlatCall(flat, keep, tangents, size_outputs=sizes, num_constants=len(constants)),
+        [*real_inputs, *(v for _, v in constants)], [*fake_inputs, *(v for _, v in constants)], kind,
+    )
     backward = _backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
         kind=kind,
         program=program,
-        signature=GraphSignature(kind=kind, inputs=in_slots, outputs=out_slots, backward=backward),
-        example_inputs=real_inputs,
+        signature=GraphSignature(kind=kind, inputs=[*in_slots, *const_slots], outputs=out_slots, backward=backward),
+        example_inputs=[*real_inputs, *(v for _, v in constants)],
         size_outputs=sizes,
+        constants={s.target: v for s, (_, v) in zip(const_slots, constants)},
     )
+
+
+def _constant_slots(kind: str, constants: list[tuple[str, torch.Tensor]]) -> list[Slot]:
+    """Slots of a graph's lifted constants; the target is their key in weights.safetensors."""
+    return [Slot(f"constant:{kind}/{name}", "constant", f"constant:{kind}/{name}", None) for name, _ in constants]
 
 
 def _backward_signature(out_slots: list[Slot]) -> BackwardSignature:
@@ -763,14 +776,21 @@ def _capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: N
     keep, out_slots = _kept_outputs(bw, names, loss=False)
     size_inputs = frozenset(range(num_sizes))
     vals = [p.meta.get("val") for p in placeholders]
-    program = _reexport(FlatCall(bw, keep, size_inputs=size_inputs), reals, vals, "backward", size_inputs)
+    flat, constants = lift_constants(bw)
+    const_slots = _constant_slots("backward", constants)
+    consts = [v for _, v in constants]
+    program = reexport(
+        FlatCall(flat, keep, size_inputs=size_inputs, num_constants=len(consts)),
+        [*reals, *consts], [*vals, *consts], "backward", size_inputs,
+    )
     return CapturedGraph(
         kind="backward",
         program=program,
         signature=GraphSignature(
-            kind="backward", inputs=slots, outputs=out_slots, backward=_backward_signature(out_slots)
+            kind="backward", inputs=[*slots, *const_slots], outputs=out_slots, backward=_backward_signature(out_slots)
         ),
-        example_inputs=reals,
+        example_inputs=[*reals, *consts],
+        constants={s.target: v for s, v in zip(const_slots, consts)},
     )
 
 

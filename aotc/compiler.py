@@ -57,7 +57,7 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
 
     def primals(sig) -> list:
         return [
-            weights[s.target] if s.role in ("parameter", "buffer")
+            weights[s.target] if s.role in ("parameter", "buffer", "constant")
             else synthetic_base(user[s.index]) if s.role == "synthetic_base"
             else user[s.index]
             for s in sig.inputs
@@ -72,7 +72,9 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
         with torch.no_grad():
             outs = dict(zip([s.name for s in fw_sig.outputs], forward(*primals(fw_sig))))
         values = [
-            outs[s.name] if s.role == "saved" else torch.ones(outs[s.target].shape, dtype=outs[s.target].dtype)
+            outs[s.name] if s.role == "saved"
+            else weights[s.target] if s.role == "constant"
+            else torch.ones(outs[s.target].shape, dtype=outs[s.target].dtype)
             for s in sig.inputs
         ]
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]

@@ -35,12 +35,12 @@ def _symbol_range(sym: torch.SymInt) -> tuple[str, int, int | None]:
     node = sym.node
     expr = node.expr
     vr = node.shape_env.var_to_range.get(expr) if expr.is_symbol else None
-    lo = _finite_int(vr.lower) if vr is not None else None
-    hi = _finite_int(vr.upper) if vr is not None else None
+    lo = finite_int(vr.lower) if vr is not None else None
+    hi = finite_int(vr.upper) if vr is not None else None
     return str(expr), lo or 0, hi
 
 
-def _finite_int(value: Any) -> int | None:
+def finite_int(value: Any) -> int | None:
     """A sympy bound as an int; None for (int_)oo."""
     try:
         number = float(value)
@@ -49,24 +49,39 @@ def _finite_int(value: Any) -> int | None:
     return int(number) if math.isfinite(number) else None
 
 
-def _dynamic_dims(val: Any) -> dict[str, DynamicDim]:
+def _dynamic_dims(val: Any, declared: dict[str, tuple[int, int | None]] | None = None) -> dict[str, DynamicDim]:
     if not isinstance(val, torch.Tensor):
         return {}
     dims = {}
     for i, s in enumerate(val.shape):
         if isinstance(s, torch.SymInt) and not s.node.expr.is_number:
             name, lo, hi = _symbol_range(s)
+            if declared and name in declared:
+                lo, hi = declared[name]
             dims[str(i)] = DynamicDim(symbol=name, min=lo, max=hi)
     return dims
 
 
-def tensor_meta(real: torch.Tensor, fake: Any = None) -> TensorMeta:
+def traced_min(val: Any) -> dict[str, int]:
+    """The smallest size the trace assumed for each symbol in `val`'s shape."""
+    if not isinstance(val, torch.Tensor):
+        return {}
+    return {
+        name: lo
+        for s in val.shape
+        if isinstance(s, torch.SymInt) and not s.node.expr.is_number
+        for name, lo, _ in [_symbol_range(s)]
+    }
+
+
+def tensor_meta(real: torch.Tensor, fake: Any = None, declared: dict[str, tuple[int, int | None]] | None = None) -> TensorMeta:
+    """`declared` overrides the trace's range per symbol with the one the export asked for."""
     return TensorMeta(
         shape=list(real.shape),
         stride=list(real.stride()),
         dtype=str(real.dtype).removeprefix("torch."),
         device=str(real.device),
-        dynamic_dims=_dynamic_dims(fake),
+        dynamic_dims=_dynamic_dims(fake, declared),
     )
 
 def graph_placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:

@@ -16,6 +16,7 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like
+from aotc.outputs import plain_outputs
 
 REFERENCE = "reference.safetensors"
 SEED = 0
@@ -57,13 +58,13 @@ def _run_eager(model, args, kwargs, names, mode, loss_fn, grad_seed) -> dict[str
     outputs: list = []
     if mode == "inference":
         with torch.no_grad():
-            outputs = pytree.tree_leaves(model(*args, **kwargs))
+            outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
     elif mode == "joint":
         loss = loss_fn(model(*args, **kwargs), *args, **kwargs)
         loss.backward()
         ref["loss"] = loss.detach()
     else:
-        outputs = pytree.tree_leaves(model(*args, **kwargs))
+        outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
         ref |= backward_with_seeded_grads(outputs, grad_seed)
     ref |= _observe(outputs, names, flat, model)
     return ref

@@ -21,7 +21,8 @@ FORMAT_VERSION = 1
 GraphKind = Literal["inference", "joint", "forward", "backward"]
 GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
 
-InputRole = Literal["parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent"]
+# "constant": a tensor made inside forward, lifted to a graph input and stored with the weights
+InputRole = Literal["parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant"]
 OutputRole = Literal[
     "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"
 ]
@@ -158,11 +159,17 @@ class Signature:
 
 @dataclass(frozen=True)
 class DynamicDim:
-    """A dimension whose size may vary at run time, within [min, max] (max None: unbounded)."""
+    """A dimension whose size may vary at run time, within [min, max] (max None: unbounded).
+
+    `declared_min` is set when the export asked for a smaller minimum than the bundle
+    accepts: sizes below `min` were run at export and did not replay as eager did (torch
+    traces dynamic dims assuming sizes of 2 and up, so 0 and 1 are checked, not trusted).
+    """
 
     symbol: str
     min: int
     max: int | None
+    declared_min: int | None = None
 
 
 @dataclass(frozen=True)

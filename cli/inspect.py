@@ -17,7 +17,9 @@ def _shape(tensor: dict | None) -> str:
         dyn = tensor["dynamic_dims"].get(str(i))
         if dyn:
             hi = "inf" if dyn["max"] is None else dyn["max"]
-            dims.append(f"{dyn['symbol']}[{dyn['min']}..{hi}]")
+            declared = dyn.get("declared_min")
+            note = f" (declared from {declared})" if declared is not None else ""
+            dims.append(f"{dyn['symbol']}[{dyn['min']}..{hi}]{note}")
         else:
             dims.append(str(size))
     return "(" + ", ".join(dims) + ")"
@@ -35,7 +37,7 @@ def _mutation(inp: dict) -> str:
     return "+".join(what) + (f" ({', '.join(notes)})" if notes else "")
 
 
-_KIND = {"parameter": "param", "buffer": "buffer", "user_input": "input"}
+_KIND = {"parameter": "param", "buffer": "buffer", "user_input": "input", "synthetic_base": "base"}
 
 
 def _table(title: str, *columns: str):
@@ -80,11 +82,15 @@ def _render(info: dict, top_ops: int) -> None:
             out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "
                       f"outputs {b['outputs'].replace(',', ', ')}")
 
+    user_index = {u["name"]: i for i, u in enumerate(info["user_inputs"])}
     for program, meta in info["metadata"]["programs"].items():
         inputs = _table(f"{program}: inputs", "#", "kind", "name", "shape", "dtype", "grad", "mutated")
         for i, inp in enumerate(meta["inputs"]):
             t = inp["tensor"] or {}
-            inputs.add_row(str(i), _KIND[inp["kind"]], inp["name"], _shape(inp["tensor"]), t.get("dtype", "-"),
+            shown = t
+            if inp["kind"] == "user_input" and inp["name"] in user_index:
+                shown = info["metadata"]["user_inputs"][user_index[inp["name"]]]  # the range the bundle accepts
+            inputs.add_row(str(i), _KIND[inp["kind"]], inp["name"], _shape(shown or None), t.get("dtype", "-"),
                            "yes" if inp["requires_grad"] else "", _mutation(inp))
         for dup, first in meta["duplicate_user_inputs"].items():
             inputs.add_row("", "input", info["user_inputs"][int(dup)]["name"], "", "", "",
@@ -95,6 +101,12 @@ def _render(info: dict, top_ops: int) -> None:
             outputs.add_row(str(o["index"]), o["output_type"], o["base"] or "", _shape(o["tensor"]),
                             "yes" if o["requires_grad"] else "", " -> ".join(o["view_replay"]))
         out.print(outputs)
+
+    if info["constants"]:
+        consts = _table("Constants (tensors made in forward; stored in weights.safetensors)", "name", "graph", "dtype", "shape")
+        for c in info["constants"]:
+            consts.add_row(c["name"], c["graph"], str(c["dtype"]), str(c["shape"]))
+        out.print(consts)
 
     for kind, g in info["graphs"].items():
         sig = g["signature"]

@@ -24,6 +24,14 @@ from aotc.schema import GraphSignature, ProgramMeta
 Graph = Callable[..., tuple]
 
 
+def with_constants(graph: Graph, signature: GraphSignature, stored: dict, device: torch.device) -> Graph:
+    """`graph`, taking its lifted constants (its last inputs) from the bundle's weights."""
+    constants = [stored[s.target].to(device) for s in signature.inputs if s.role == "constant"]
+    if not constants:
+        return graph
+    return lambda *args: graph(*args, *constants)
+
+
 class Program:
     """One captured program (inference, forward+backward, or joint) ready to call."""
 
@@ -35,6 +43,8 @@ class Program:
         # Where each graph input comes from: ("state", table, name) or ("user", index).
         self.sources = []
         for slot in signature.inputs:
+            if slot.role == "constant":
+                continue  # passed by the graph wrapper (see with_constants)
             if slot.role in ("parameter", "buffer"):
                 self.sources.append(("state", *slot_getter(root, slot.target)))
             elif slot.role == "synthetic_base":
@@ -78,6 +88,7 @@ class LoadedModule(nn.Module):
                     requires_grad[inp.name] = inp.requires_grad
         stored = bundle.weights()
         weights = {name: stored[name].to(device) for name in state_roles}
+        graphs = {kind: with_constants(g, sig.graphs[kind], stored, device) for kind, g in graphs.items()}
         populate(
             self,
             weights,
