@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import shutil
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ from aotc._torch_compat import pytree
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.errors import AotcError
 from aotc.model_file import FunctionModule, _split_inputs
-from aotc.schema import FORMAT_VERSION, Manifest, Metadata, ModelInfo, Signature
+from aotc.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 
 from aotc import __version__
 
@@ -66,12 +67,15 @@ def export(
     name: str | None = None,
     source: str | None = None,
     checkpoint: str | None = None,
+    task: str | None = None,
+    assets: dict[str, Path] | None = None,
     on_phase: PhaseCallback | None = None,
 ) -> Bundle:
     """Capture `model` on `example_inputs` and write a bundle to `out`.
 
     `graphs` is ("inference",), ("joint",) or ("forward", "backward"); training graphs
-    need `loss(outputs, *inputs)` for "joint". The write is atomic: `out` is replaced
+    need `loss(outputs, *inputs)` for "joint". `assets` (path in the bundle -> file) are
+    copied in as they are, e.g. a tokenizer's files. The write is atomic: `out` is replaced
     only by a complete bundle, and only with `force=True`.
     """
     out = Path(out)
@@ -84,7 +88,24 @@ def export(
     if on_phase:
         on_phase("capture")
     captured = capture(module, args, kwargs, loss=loss, options=options)
+    info = ModelInfo(
+        name=name or type(module).__name__.lower(),
+        source=source,
+        class_name=type(module).__name__,
+        training=captured.training,
+        checkpoint=checkpoint,
+        num_parameters=sum(p.numel() for p in module.parameters()),
+        task=task,
+    )
+    return write_bundle(captured, module, args, kwargs, out, mode, info, loss=loss, force=force, assets=assets,
+                        on_phase=on_phase)
 
+
+def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, out: Path, mode: str,
+                 info: ModelInfo, *, loss=None, force: bool = False, assets: dict[str, Path] | None = None,
+                 generation: GenerationInfo | None = None, on_phase: PhaseCallback | None = None) -> Bundle:
+    """Write a captured model as a bundle at `out` (atomically), with eager's references
+    for the example inputs, and check the small sizes of its dynamic dims."""
     if on_phase:
         on_phase("write")
     from aotc.exporters import EXPORTERS
@@ -99,6 +120,10 @@ def export(
         save_file({k: v.contiguous() for k, v in golden.items()}, str(root / reference.REFERENCE))
         entries = [file_entry(root, WEIGHTS, "weights"), file_entry(root, reference.REFERENCE, "reference")]
         entries += EXPORTERS["fx"].write(captured, root)
+        for rel, src in (assets or {}).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, root / rel)
+            entries.append(file_entry(root, rel, "hf"))
         signature = Signature(
             in_spec=_dumps(captured.in_spec),
             out_spec=_dumps(captured.out_spec),
@@ -119,23 +144,17 @@ def export(
             torch_version=torch.__version__,
             python_version=platform.python_version(),
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            model=ModelInfo(
-                name=name or type(module).__name__.lower(),
-                source=source,
-                class_name=type(module).__name__,
-                training=captured.training,
-                checkpoint=checkpoint,
-                num_parameters=sum(p.numel() for p in module.parameters()),
-            ),
+            model=info,
             graph_kinds=list(captured.graphs),
             partitioner=captured.partitioner,
             files=entries,
             tolerances=tolerances,
+            generation=generation,
         )
         write_json(root / MANIFEST, manifest)
         if captured.small_sizes:
             if on_phase:
-                on_phase("check sizes")
+                on_phase("sizes")
             from aotc.size_check import check_small_sizes
 
             flat = pytree.tree_leaves((args, kwargs))

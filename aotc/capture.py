@@ -75,6 +75,8 @@ class CaptureOptions:
     partitioner: str = "min-cut"
     train: bool = False
     dynamic_shapes: Any = None
+    # what an inference graph is called in the bundle ("prefill" and "decode" for generation)
+    graph_name: str = "inference"
 
 
 @dataclass
@@ -460,8 +462,9 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     fake_primals = [p.meta["val"] for p in primal_nodes]
     graphs: dict[str, CapturedGraph] = {}
     if options.mode == "inference":
-        graphs["inference"] = _finish("inference", jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
-        user_out_values = _run_user_outputs(graphs["inference"])
+        name = options.graph_name
+        graphs[name] = _finish(name, jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
+        user_out_values = _run_user_outputs(graphs[name])
     elif options.mode == "joint":
         tangent_nodes = [p for p in graph_placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
         if any(not isinstance(n.meta["desc"].output, tc.PlainAOTOutput) for n in tangent_nodes):
@@ -516,7 +519,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     ]
     traced = {k: v for f in fake_user for k, v in traced_min(f).items()}
     small_sizes = {s: traced[s] for s, (lo, _) in declared.items() if s in traced and lo < traced[s]}
-    meta_key = "forward" if options.mode == "autograd" else options.mode
+    meta_key = {"autograd": "forward", "inference": options.graph_name}.get(options.mode, options.mode)
     return Capture(
         graphs=graphs,
         programs={meta_key: program_meta},
@@ -557,10 +560,16 @@ def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool
         return None
     mode = tc.FakeTensorMode(allow_non_fake_inputs=True)
     fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+    # the module's own tensors are swapped for fakes too: an in-place op on a real buffer
+    # under fake mode would still record autograd history on it
+    state = {
+        k: mode.from_tensor(v)
+        for k, v in [*program.named_parameters(remove_duplicate=False), *program.named_buffers(remove_duplicate=False)]
+    }
     before = torch.is_grad_enabled()
     try:
         with mode:
-            program(*fake_args, **fake_kwargs)
+            torch.func.functional_call(program, state, fake_args, fake_kwargs, tie_weights=True, strict=False)
         after = torch.is_grad_enabled()
     except Exception:  # data-dependent code cannot run on fakes; assume no leak
         after = before

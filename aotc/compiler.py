@@ -54,6 +54,13 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
     weights = bundle.weights()
     in_spec = pytree.treespec_loads(bundle.signature.in_spec)
     user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0))
+    # a graph with static user inputs where the bundle's are dynamic (decode) gets them cut to size
+    program = bundle.metadata.programs.get("forward" if kind == "backward" else kind)
+    fixed = {i.name: i.tensor.shape for i in program.inputs if i.kind == "user_input" and i.tensor
+             and not i.tensor.dynamic_dims} if program else {}
+    for k, u in enumerate(bundle.signature.user_inputs):
+        if u.name in fixed and list(user[k].shape) != fixed[u.name]:
+            user[k] = user[k][tuple(slice(0, n) for n in fixed[u.name])].clone()
 
     def primals(sig) -> list:
         return [

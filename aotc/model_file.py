@@ -44,6 +44,8 @@ class ModelSpec:
     loss: Callable[..., torch.Tensor] | None = None
     dynamic_shapes: Any = None
     checkpoint: Path | None = None
+    task: str | None = None  # Hugging Face folders: the task the model was built for
+    assets: dict[str, Path] = field(default_factory=dict)  # files copied into the bundle as they are
 
 
 def _import_path(path: Path) -> ModuleType:
@@ -124,8 +126,14 @@ def load_model(
     target: str,
     entry: str | None = None,
     checkpoint: str | Path | None = None,
+    task: str | None = None,
 ) -> ModelSpec:
-    """Import a model file (or `pkg.mod:factory`) and build its model and inputs."""
+    """Import a model file (or `pkg.mod:factory`), or read a Hugging Face folder, and build
+    its model and inputs. `task` applies to folders only."""
+    if Path(target).is_dir():
+        return _load_folder(target, task, entry, checkpoint)
+    if task is not None:
+        raise ModelFileError(f"--task applies to a Hugging Face model folder; '{target}' is not a folder.")
     if ":" in target and not target.endswith(".py") and not Path(target).exists():
         module, factory_name = _import_module_ref(target)
         factory_name = entry or factory_name or DEFAULT_ENTRY
@@ -184,6 +192,27 @@ def load_model(
         loss=loss,
         dynamic_shapes=getattr(module, "dynamic_shapes", None),
         checkpoint=ckpt_path,
+    )
+
+
+def _load_folder(target: str, task: str | None, entry, checkpoint) -> ModelSpec:
+    from aotc import hf
+
+    if entry is not None or checkpoint is not None:
+        raise ModelFileError(
+            f"'{target}' is a model folder: its weights are its model.safetensors, and there is no "
+            "factory to name. Drop --entry/--checkpoint."
+        )
+    folder = hf.load_folder(target, task)
+    return ModelSpec(
+        name=Path(target).resolve().name,
+        source=str(target),
+        module=folder.module,
+        args=(),
+        kwargs=folder.kwargs,
+        dynamic_shapes=folder.dynamic_shapes,
+        task=folder.task,
+        assets=folder.assets,
     )
 
 

@@ -18,7 +18,8 @@ from aotc.errors import BundleError
 
 FORMAT_VERSION = 1
 
-GraphKind = Literal["inference", "joint", "forward", "backward"]
+# "prefill" and "decode": the two inference graphs of a generation bundle (aotc.generate)
+GraphKind = Literal["inference", "joint", "forward", "backward", "prefill", "decode"]
 GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
 
 # "constant": a tensor made inside forward, lifted to a graph input and stored with the weights
@@ -37,7 +38,8 @@ OutputTypeName = Literal[
     "unsafe_view_alias",
     "custom_function_view",
 ]
-FileKind = Literal["weights", "graph", "graph_code", "compiled", "onnx", "reference", "other"]
+# "hf": tokenizer, processor and config files of a Hugging Face folder, copied as they are
+FileKind = Literal["weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "other"]
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -62,7 +64,8 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """Where the bundle came from. `source` is the model file or `pkg.mod:factory`."""
+    """Where the bundle came from. `source` is the model file, `pkg.mod:factory`, or a
+    Hugging Face folder (then `task` is what the model was built for)."""
 
     name: str
     source: str | None
@@ -70,6 +73,18 @@ class ModelInfo:
     training: bool
     checkpoint: str | None = None
     num_parameters: int = 0
+    task: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationInfo:
+    """A generation bundle (graphs "prefill" and "decode" over a static KV cache held as
+    buffers): the cache's batch size and length, and the tokens that end a sequence."""
+
+    batch_size: int
+    max_cache_len: int
+    eos_token_ids: list[int] = field(default_factory=list)
+    pad_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,7 @@ class Manifest:
     files: list[FileEntry]
     # [rtol, atol] for each entry of reference.safetensors that verify compares
     tolerances: dict[str, list[float]] = field(default_factory=dict)
+    generation: GenerationInfo | None = None
 
     def file(self, path: str) -> FileEntry | None:
         return next((f for f in self.files if f.path == path), None)

@@ -9,6 +9,7 @@ import click
 
 from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
 from aotc.errors import AotcError
+from aotc.hf import TASKS as HF_TASKS
 
 
 def parse_dynamic(values: tuple[str, ...]) -> dict[str, dict[int, str]]:
@@ -68,6 +69,8 @@ def export_options(fn):
         graph_options,
         click.option("--train", is_flag=True, help="Capture the inference graph with the model in train mode."),
         click.option("--entry", help="Factory function to call instead of build_model."),
+        click.option("--task", type=click.Choice(list(HF_TASKS)),
+                     help="For a Hugging Face model folder: the head to build [default: from config.json's architectures]."),
         click.option("--checkpoint", type=click.Path(path_type=Path), help="Weights (.safetensors, or .pt/.bin as weights only)."),
         click.option("--dynamic", multiple=True, metavar="NAME:DIM", help="Mark dim DIM of input NAME dynamic (repeatable)."),
         click.option(
@@ -83,7 +86,7 @@ def export_options(fn):
 
 
 def run_export(phases: Phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force,
-               with_onnx=False, opset=None):
+               with_onnx=False, opset=None, task=None):
     """Load the model file and export it, reporting phases; returns (spec, bundle)."""
     graphs = mode_from_flags(joint, autograd)
     cli_dims = parse_dynamic(dynamic)
@@ -91,7 +94,7 @@ def run_export(phases: Phases, model, output, joint, autograd, train, entry, che
     from aotc.bundle import check_target
     from aotc.model_file import load_model
 
-    spec = load_model(model, entry=entry, checkpoint=checkpoint)
+    spec = load_model(model, entry=entry, checkpoint=checkpoint, task=task)
     target = output or Path("bundles") / spec.name
     check_target(target, force)
     if "joint" in graphs and spec.loss is None:
@@ -106,6 +109,7 @@ def run_export(phases: Phases, model, output, joint, autograd, train, entry, che
         dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=partitioner,
         train=train, force=force, name=spec.name, source=spec.source,
         checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
+        task=spec.task, assets=spec.assets,
         on_phase=phases.start,
     )
     if with_onnx:
@@ -118,10 +122,12 @@ def run_export(phases: Phases, model, output, joint, autograd, train, entry, che
 
 
 def graph_summary(bundle) -> dict:
+    from aotc.size_check import narrowed
     from aotc.summary import describe
 
     info = describe(bundle)
     return {
+        "narrowed": narrowed(bundle.metadata, [u.name for u in bundle.signature.user_inputs]),
         "bundle": str(bundle.path),
         "model": info["manifest"]["model"]["name"],
         "source": info["manifest"]["model"]["source"],
@@ -151,9 +157,9 @@ def print_graph_table(out, summary: dict) -> None:
 @json_option
 @debug_option
 @handles_errors
-def export_command(model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force, with_onnx,
-                   opset, as_json, debug):
-    """Capture MODEL (a model file or package.module:factory) into a bundle.
+def export_command(model, output, joint, autograd, train, entry, task, checkpoint, dynamic, partitioner, force,
+                   with_onnx, opset, as_json, debug):
+    """Capture MODEL (a model file, package.module:factory, or a Hugging Face folder) into a bundle.
 
     \b
     Examples:
@@ -161,13 +167,14 @@ def export_command(model, output, joint, autograd, train, entry, checkpoint, dyn
       aotc export sample_models/mlp.py --joint -o bundles/mlp-joint
       aotc export sample_models/mlp.py --autograd --dynamic x:0 -o bundles/mlp-fb
       aotc export sample_models/cnn.py --onnx -o bundles/cnn
+      aotc export path/to/hf-folder --task text-classification -o bundles/clf
     """
     out = console()
     phases = Phases(out)
     started = time.perf_counter()
     try:
         spec, bundle = run_export(phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner,
-                                  force, with_onnx, opset)
+                                  force, with_onnx, opset, task)
     finally:
         phases.abort()
     timings = dict(phases.times, total=time.perf_counter() - started)
@@ -176,4 +183,6 @@ def export_command(model, output, joint, autograd, train, entry, checkpoint, dyn
         emit_json(summary)
         return
     print_graph_table(out, summary)
+    for line in summary["narrowed"]:
+        out.print(f"[yellow]note[/]: {line}")
     out.print(f"{human_size(summary['size_bytes'])} in {timings['total']:.2f} s")

@@ -74,7 +74,7 @@ def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, a
 
     info = Bundle.open(bundle)
     if mode is None:
-        mode = "eval" if "inference" in info.graph_kinds and not info.metadata.training else "train"
+        mode = "eval" if {"inference", "prefill"} & set(info.graph_kinds) and not info.metadata.training else "train"
     t0 = time.perf_counter()
     module = aotc.load(bundle, backend=backend, device=device, mode=mode)
     load_s = time.perf_counter() - t0

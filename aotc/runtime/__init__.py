@@ -25,7 +25,7 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
     bundle = Bundle.open(path)
     kinds = bundle.graph_kinds
     training = bundle.metadata.training
-    if mode == "eval" and not ("inference" in kinds and not training):
+    if mode == "eval" and not ({"inference", "prefill"} & set(kinds) and not training):
         raise ModeError(
             f"Bundle '{bundle.path}' has only training graphs ({', '.join(kinds)}, captured in train "
             "mode); load it with mode='train', or export an inference graph for eval "

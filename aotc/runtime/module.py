@@ -36,7 +36,7 @@ class Program:
     """One captured program (inference, forward+backward, or joint) ready to call."""
 
     def __init__(self, root: nn.Module, kind: str, signature: GraphSignature, meta: ProgramMeta,
-                 training: bool, user_inputs, graph: Graph):
+                 training: bool, user_inputs, graph: Graph, user_meta):
         self.kind = kind
         self.signature = signature
         self.graph = graph
@@ -52,6 +52,14 @@ class Program:
             else:
                 self.sources.append(("user", slot.index, None))
         self.epilogue = Epilogue(meta, signature, training)
+        # user inputs this program fixes where the bundle's inputs are dynamic (a decode
+        # graph takes one token; the prefill graph of the same bundle, any number)
+        shapes = {i.name: i.tensor.shape for i in meta.inputs if i.kind == "user_input" and i.tensor
+                  and not i.tensor.dynamic_dims}
+        self.static_shapes = {
+            k: (u.name, torch.Size(shapes[u.name])) for k, u in enumerate(user_inputs)
+            if u.name in shapes and user_meta[k].dynamic_dims
+        }
         self.guard = build_guard(meta, user_inputs)
         self.requires_grad = [i.requires_grad for i in meta.inputs]
         self.set_requires_grad = meta.inputs_set_requires_grad
@@ -60,6 +68,14 @@ class Program:
         # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
         kinds = [src for src, _, _ in self.sources]
         self._layout_simple = kinds == ["state"] * len(self._state) + ["user"] * len(self._user)
+
+    def check_static_shapes(self, flat) -> None:
+        for k, (name, shape) in self.static_shapes.items():
+            if flat[k].shape != shape:
+                raise InputError(
+                    f"input '{name}' has shape {tuple(flat[k].shape)}; the {self.kind} graph takes "
+                    f"{tuple(shape)}."
+                )
 
     def primals(self, flat) -> list:
         if self._layout_simple:
@@ -107,7 +123,8 @@ class LoadedModule(nn.Module):
         self._captured_training = meta.training
         self._graph_kinds = list(sig.graphs)
         self._programs = {
-            kind: Program(self, kind, sig.graphs[kind], program_meta, meta.training, sig.user_inputs, graphs[kind])
+            kind: Program(self, kind, sig.graphs[kind], program_meta, meta.training, sig.user_inputs, graphs[kind],
+                          meta.user_inputs)
             for kind, program_meta in meta.programs.items()
         }
         self._training_graphs = None  # a forward bundle with no backward has nothing to differentiate
@@ -116,6 +133,7 @@ class LoadedModule(nn.Module):
             self._training_graphs = TrainingGraphs.build(
                 graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated
             )
+        self.generation = bundle.manifest.generation  # set for prefill/decode bundles
         self.train(mode == "train")
 
     # ----------------------------------------------------------------- the call path
@@ -145,8 +163,19 @@ class LoadedModule(nn.Module):
         return pytree.tree_unflatten(outputs, self._out_spec)
 
     def forward(self, *args, **kwargs):
-        program = self._program_for_call()
+        return self._forward(self._program_for_call(), args, kwargs)
+
+    def run_graph(self, kind: str, *args, **kwargs):
+        """Call one graph of the bundle by its kind, e.g. "decode" of a generation bundle."""
+        program = self._programs.get(kind)
+        if program is None:
+            raise ModeError(f"this bundle has no '{kind}' graph; it has {', '.join(self._graph_kinds)}.")
+        return self._forward(program, args, kwargs)
+
+    def _forward(self, program: Program, args: tuple, kwargs: dict):
         flat = self._flatten(args, kwargs)
+        if program.static_shapes:
+            program.check_static_shapes(flat)
         if program.guard.active:
             program.guard.check(flat)
         for i in program.set_requires_grad:  # forward calls requires_grad_() on these
@@ -234,6 +263,8 @@ class LoadedModule(nn.Module):
             )
         if "inference" in self._programs and not self._captured_training:
             return self._programs["inference"]
+        if "prefill" in self._programs:  # a generation bundle called like its model
+            return self._programs["prefill"]
         raise ModeError(
             f"This bundle was captured in train mode ({', '.join(self._graph_kinds)}); it has no "
             "eval-mode graph. Call .train(), or export an inference graph (aotc export MODEL) "

@@ -1,0 +1,180 @@
+"""Hugging Face folders as models: what `save_pretrained` writes, read offline.
+
+`aotc export FOLDER [--task TASK]` builds the model from `config.json` through
+transformers' Auto classes, loads `model.safetensors` (or a sharded index), makes example
+inputs for the task with dynamic batch and sequence, and copies the tokenizer and
+processor files into the bundle (under `hf/`) untouched. Nothing is downloaded, no code
+from the folder runs (`trust_remote_code` stays off), and pickled `.bin` weights are
+refused: safetensors only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aotc.errors import ModelFileError
+
+if TYPE_CHECKING:  # torch is imported where it is used: the CLI lists TASKS without it
+    import torch
+
+# task -> (transformers Auto class, kind of inputs)
+TASKS: dict[str, tuple[str, str]] = {
+    "text-generation": ("AutoModelForCausalLM", "text"),
+    "fill-mask": ("AutoModelForMaskedLM", "text"),
+    "text-classification": ("AutoModelForSequenceClassification", "text"),
+    "token-classification": ("AutoModelForTokenClassification", "text"),
+    "feature-extraction": ("AutoModel", "text"),
+    "image-classification": ("AutoModelForImageClassification", "vision"),
+    "text2text-generation": ("AutoModelForSeq2SeqLM", "seq2seq"),
+}
+
+# architecture name suffix -> task, for folders whose config names its architecture
+_SUFFIX_TASK = [
+    ("ForCausalLM", "text-generation"),
+    ("LMHeadModel", "text-generation"),
+    ("ForMaskedLM", "fill-mask"),
+    ("ForSequenceClassification", "text-classification"),
+    ("ForTokenClassification", "token-classification"),
+    ("ForImageClassification", "image-classification"),
+    ("ForConditionalGeneration", "text2text-generation"),
+]
+
+# files a tokenizer or processor reads; copied into the bundle as they are
+_ASSETS = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
+    "spiece.model", "tokenizer.model", "sentencepiece.bpe.model", "preprocessor_config.json",
+    "processor_config.json", "chat_template.jinja", "chat_template.json",
+)
+
+EXAMPLE_BATCH, EXAMPLE_SEQUENCE = 2, 8
+MAX_BATCH = 64
+
+
+@dataclass
+class FolderModel:
+    """A model built from a folder, with everything an export needs."""
+
+    task: str
+    module: "torch.nn.Module"
+    kwargs: dict[str, "torch.Tensor"]
+    dynamic_shapes: dict[str, Any]
+    assets: dict[str, Path]  # path in the bundle -> file in the folder
+
+
+def is_folder(target: str) -> bool:
+    return Path(target).is_dir()
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise ModelFileError(
+            "Exporting a Hugging Face folder needs transformers: pip install 'aotc[hf]' "
+            "(with torch==2.13.0 in the same command)."
+        ) from e
+    return transformers
+
+
+def _read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelFileError(
+            f"'{folder}' is a folder but has no config.json; give a folder written by "
+            "save_pretrained (config.json and model.safetensors), or a model file."
+        )
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelFileError(f"'{path}' is not valid JSON ({e}); write it again with save_pretrained.") from e
+
+
+def infer_task(config: dict, folder: Path) -> str:
+    """The task named by the config's first architecture (feature-extraction when none fits)."""
+    architectures = config.get("architectures") or []
+    for arch in architectures:
+        for suffix, task in _SUFFIX_TASK:
+            if arch.endswith(suffix):
+                return task
+    return "feature-extraction"
+
+
+def _check_weights(folder: Path) -> None:
+    if (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file():
+        return
+    pickled = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
+    found = f"; it has {', '.join(sorted(pickled))}, which aotc does not unpickle" if pickled else ""
+    raise ModelFileError(
+        f"'{folder}' has no model.safetensors (or model.safetensors.index.json){found}. Save the "
+        "model with save_pretrained(..., safe_serialization=True)."
+    )
+
+
+def load_folder(folder: str | Path, task: str | None = None) -> FolderModel:
+    """Build the model saved in `folder` for `task` (inferred from the config when None)."""
+    folder = Path(folder)
+    config_json = _read_config(folder)
+    if config_json.get("auto_map"):
+        raise ModelFileError(
+            f"'{folder / 'config.json'}' names custom code (auto_map); aotc never runs code from a "
+            "model folder. Export the model from a model file that builds it instead."
+        )
+    task = task or infer_task(config_json, folder)
+    if task not in TASKS:
+        raise ModelFileError(f"unknown task '{task}'; aotc knows {', '.join(TASKS)}.")
+    _check_weights(folder)
+    transformers = _transformers()
+    transformers.utils.logging.disable_progress_bar()
+    auto_name, modality = TASKS[task]
+    auto = getattr(transformers, auto_name)
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+        module = auto.from_pretrained(folder, config=config, local_files_only=True, use_safetensors=True,
+                                      trust_remote_code=False)
+    except (ValueError, KeyError, OSError) as e:
+        raise ModelFileError(
+            f"transformers could not build {auto_name} for task '{task}' from '{folder}': "
+            f"{str(e).strip().splitlines()[0]}. Pick another --task ({', '.join(TASKS)})."
+        ) from e
+    module.eval()
+    kwargs, dynamic = example_inputs(module.config, modality)
+    assets = {f"hf/{name}": folder / name for name in _ASSETS if (folder / name).is_file()}
+    return FolderModel(task=task, module=module, kwargs=kwargs, dynamic_shapes=dynamic, assets=assets)
+
+
+def _max_positions(config) -> int:
+    for attr in ("max_position_embeddings", "n_positions", "max_target_positions"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 512
+
+
+def example_inputs(config, modality: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Keyword example inputs for the task and their dynamic shapes (batch and sequence from 1)."""
+    import torch
+    from torch.export import Dim
+
+    batch = Dim("batch", min=1, max=MAX_BATCH)
+    g = torch.Generator().manual_seed(0)
+    if modality == "vision":
+        size = getattr(config, "image_size", 224)
+        channels = getattr(config, "num_channels", 3)
+        pixels = torch.randn(EXAMPLE_BATCH, channels, size, size, generator=g)
+        return {"pixel_values": pixels}, {"pixel_values": {0: batch}}
+    vocab = getattr(config, "vocab_size", None) or 100
+    sequence = Dim("sequence", min=1, max=_max_positions(config))
+    shape = (EXAMPLE_BATCH, EXAMPLE_SEQUENCE)
+    kwargs = {
+        "input_ids": torch.randint(0, vocab, shape, generator=g),
+        "attention_mask": torch.ones(shape, dtype=torch.long),
+    }
+    dynamic = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
+    if modality == "seq2seq":
+        kwargs["decoder_input_ids"] = torch.randint(0, vocab, (EXAMPLE_BATCH, EXAMPLE_SEQUENCE // 2), generator=g)
+        dynamic["decoder_input_ids"] = {0: batch, 1: Dim("target", min=1, max=_max_positions(config))}
+    return kwargs, dynamic
