@@ -31,6 +31,8 @@ _EXPORTS = {
     "export": "aotc.api",
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
+    "generate": "aotc.generation",
+    "export_generation": "aotc.generation",
     "Bundle": "aotc.bundle",
     "load_model": "aotc.model_file",
     "ModelSpec": "aotc.model_file",

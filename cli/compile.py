@@ -27,7 +27,8 @@ def _is_bundle(target: str) -> bool:
 @debug_option
 @handles_errors
 def compile_command(target, devices, cache_dir, no_cache, output, joint, autograd, train, entry, checkpoint,
-                    dynamic, partitioner, force, with_onnx, opset, as_json, debug, task=None):
+                    dynamic, partitioner, force, with_onnx, opset, as_json, debug, task=None, max_cache_len=256,
+                    batch_size=1):
     """Compile every graph of a bundle with AOTInductor, for each --device.
 
     TARGET is a model file (exported first, as by aotc export) or an existing bundle,
@@ -62,7 +63,7 @@ def compile_command(target, devices, cache_dir, no_cache, output, joint, autogra
                 phases.finish()
         else:
             _, bundle = run_export(phases, target, output, joint, autograd, train, entry, checkpoint, dynamic,
-                                   partitioner, force, with_onnx, opset, task)
+                                   partitioner, force, with_onnx, opset, task, max_cache_len, batch_size)
             bundle_path = bundle.path
     finally:
         phases.abort()

@@ -71,6 +71,10 @@ def export_options(fn):
         click.option("--entry", help="Factory function to call instead of build_model."),
         click.option("--task", type=click.Choice(list(HF_TASKS)),
                      help="For a Hugging Face model folder: the head to build [default: from config.json's architectures]."),
+        click.option("--max-cache-len", type=click.IntRange(min=2), default=256, show_default=True,
+                     help="text-generation folders: tokens the static KV cache holds (prompt + new tokens)."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="text-generation folders: sequences generated at once."),
         click.option("--checkpoint", type=click.Path(path_type=Path), help="Weights (.safetensors, or .pt/.bin as weights only)."),
         click.option("--dynamic", multiple=True, metavar="NAME:DIM", help="Mark dim DIM of input NAME dynamic (repeatable)."),
         click.option(
@@ -86,7 +90,7 @@ def export_options(fn):
 
 
 def run_export(phases: Phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force,
-               with_onnx=False, opset=None, task=None):
+               with_onnx=False, opset=None, task=None, max_cache_len=256, batch_size=1):
     """Load the model file and export it, reporting phases; returns (spec, bundle)."""
     graphs = mode_from_flags(joint, autograd)
     cli_dims = parse_dynamic(dynamic)
@@ -102,6 +106,18 @@ def run_export(phases: Phases, model, output, joint, autograd, train, entry, che
             f"Model file '{spec.source}' defines no loss(outputs, *inputs); --joint needs one "
             "that returns a scalar tensor."
         )
+    if spec.task == "text-generation" and graphs == ("inference",):
+        if with_onnx:
+            raise AotcError("--onnx is not supported for generation bundles (prefill + decode); export without it.")
+        # a causal LM folder: prefill and decode graphs over a static KV cache, for aotc.generate
+        from aotc.generation import export_generation
+
+        bundle = export_generation(
+            spec.module, target, batch_size=batch_size, max_cache_len=max_cache_len, force=force, name=spec.name,
+            source=spec.source, task=spec.task, assets=spec.assets, on_phase=phases.start,
+        )
+        phases.finish()
+        return spec, bundle
     from aotc.api import export
 
     bundle = export(
@@ -157,8 +173,8 @@ def print_graph_table(out, summary: dict) -> None:
 @json_option
 @debug_option
 @handles_errors
-def export_command(model, output, joint, autograd, train, entry, task, checkpoint, dynamic, partitioner, force,
-                   with_onnx, opset, as_json, debug):
+def export_command(model, output, joint, autograd, train, entry, task, max_cache_len, batch_size, checkpoint, dynamic,
+                   partitioner, force, with_onnx, opset, as_json, debug):
     """Capture MODEL (a model file, package.module:factory, or a Hugging Face folder) into a bundle.
 
     \b
@@ -168,13 +184,14 @@ def export_command(model, output, joint, autograd, train, entry, task, checkpoin
       aotc export sample_models/mlp.py --autograd --dynamic x:0 -o bundles/mlp-fb
       aotc export sample_models/cnn.py --onnx -o bundles/cnn
       aotc export path/to/hf-folder --task text-classification -o bundles/clf
+      aotc export path/to/gpt2-folder --max-cache-len 128 -o bundles/gpt2   # prefill + decode
     """
     out = console()
     phases = Phases(out)
     started = time.perf_counter()
     try:
         spec, bundle = run_export(phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner,
-                                  force, with_onnx, opset, task)
+                                  force, with_onnx, opset, task, max_cache_len, batch_size)
     finally:
         phases.abort()
     timings = dict(phases.times, total=time.perf_counter() - started)

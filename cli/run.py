@@ -43,6 +43,54 @@ def _describe(name: str, value) -> dict:
     return info
 
 
+def _parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise click.BadParameter(f"'{text}' is not a comma-separated list of token ids, e.g. 1,2,3.",
+                                 param_hint="--prompt-ids") from None
+    if not ids:
+        raise click.BadParameter("give at least one token id.", param_hint="--prompt-ids")
+    return ids
+
+
+def _generate(info, prompt_ids, max_new_tokens, do_sample, temperature, top_k, top_p, seed, backend, device, as_json):
+    import torch
+
+    import aotc
+    from aotc.generation import generate
+
+    if info.manifest.generation is None:
+        raise AotcError(
+            f"--prompt-ids needs a generation bundle (prefill and decode graphs); '{info.path}' has "
+            f"{', '.join(info.graph_kinds)}. Export a causal LM folder with --task text-generation."
+        )
+    prompt = _parse_ids(prompt_ids)
+    t0 = time.perf_counter()
+    module = aotc.load(info.path, backend=backend, device=device)
+    load_s = time.perf_counter() - t0
+    ids = torch.tensor([prompt] * info.manifest.generation.batch_size)
+    t0 = time.perf_counter()
+    tokens = generate(module, ids, max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                      top_p=top_p, seed=seed if do_sample else None)
+    gen_s = time.perf_counter() - t0
+    new = tokens[:, len(prompt):].tolist()
+    summary = {
+        "bundle": str(info.path),
+        "backend": module.backend,
+        "prompt_ids": prompt,
+        "new_ids": new[0] if len(new) == 1 else new,
+        "seconds": {"load": round(load_s, 4), "generate": round(gen_s, 4)},
+        "tokens_per_second": round(sum(map(len, new)) / gen_s, 2) if gen_s else None,
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    click.echo(" ".join(map(str, summary["new_ids"])))
+    console().print(f"{sum(map(len, new))} tokens in {gen_s:.3f} s ({summary['tokens_per_second']} tokens/s, "
+                    f"{module.backend}); load {load_s * 1e3:.1f} ms")
+
+
 @click.command("run")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--inputs", "inputs_path", type=click.Path(path_type=Path), help="safetensors file, one tensor per input name.")
@@ -50,20 +98,30 @@ def _describe(name: str, value) -> dict:
 @click.option("--backend", default="auto", show_default=True, help="auto or fx.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--mode", type=click.Choice(["eval", "train"]), help="Default: eval if the bundle has an eval graph.")
-@click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--seed", default=0, show_default=True, help="Seed for random inputs (and for sampling).")
+@click.option("--prompt-ids", help="Generation bundles: the prompt as comma-separated token ids, e.g. 1,2,3.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Generation bundles: tokens to generate.")
+@click.option("--do-sample", is_flag=True, help="Generation bundles: sample instead of greedy decoding.")
+@click.option("--temperature", type=float, default=1.0, show_default=True, help="With --do-sample.")
+@click.option("--top-k", type=click.IntRange(min=1), help="With --do-sample: keep the k most likely tokens.")
+@click.option("--top-p", type=click.FloatRange(0, 1), help="With --do-sample: keep the most likely tokens up to this probability.")
 @json_option
 @debug_option
 @handles_errors
-def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, as_json, debug):
+def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, prompt_ids, max_new_tokens, do_sample,
+                temperature, top_k, top_p, as_json, debug):
     """Load BUNDLE and call it once; print a summary of the outputs.
 
     Without --inputs, random inputs shaped like the example inputs are used. A joint
-    bundle runs one training step and reports the loss.
+    bundle runs one training step and reports the loss. A generation bundle with
+    --prompt-ids generates tokens.
 
     \b
     Examples:
       aotc run bundles/mlp
       aotc run bundles/mlp --inputs in.safetensors --output out.safetensors --json
+      aotc run bundles/gpt2 --prompt-ids 1,2,3 --max-new-tokens 20
     """
     import torch
 
@@ -73,6 +131,9 @@ def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, a
     from aotc.runtime.inputs import random_inputs
 
     info = Bundle.open(bundle)
+    if prompt_ids is not None:
+        _generate(info, prompt_ids, max_new_tokens, do_sample, temperature, top_k, top_p, seed, backend, device, as_json)
+        return
     if mode is None:
         mode = "eval" if {"inference", "prefill"} & set(info.graph_kinds) and not info.metadata.training else "train"
     t0 = time.perf_counter()
