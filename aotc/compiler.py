@@ -173,7 +173,7 @@ def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, 
     key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, aoti.COMPILE_OPTIONS)
     if cache is not None:
         cached, meta = cache / f"{key}.pt2", cache / f"{key}.json"
-        if cached.is_file() and meta.is_file():
+        if cached.is_file() and meta.is_file() and aoti.package_problem(cached) is None:
             shutil.copyfile(cached, target)
             return json.loads(meta.read_text()), True
 

@@ -58,18 +58,48 @@ def _copy_views_of_inputs(program) -> None:
 
 
 def compile_graph(program, example_inputs: list, package_path: Path) -> None:
-    """AOTInductor-compile `program` (an ExportedProgram) for the device of its inputs."""
+    """AOTInductor-compile `program` (an ExportedProgram) for the device of its inputs.
+
+    A package whose metadata does not read back (inductor's shared cache can hand out a
+    file another process is still writing) is compiled once more with inductor's caches
+    off; a second bad package is an error, never a bundle.
+    """
+    import torch
     from torch._inductor import aoti_compile_and_package
 
     _copy_views_of_inputs(program)
     program.example_inputs = (tuple(example_inputs), {})
     try:
-        aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=dict(COMPILE_OPTIONS))
+        for attempt in range(2):
+            with torch._inductor.config.patch(force_disable_caches=attempt > 0):
+                aoti_compile_and_package(program, package_path=str(package_path),
+                                         inductor_configs=dict(COMPILE_OPTIONS))
+            problem = package_problem(package_path)
+            if problem is None:
+                return
+        raise AotcError(f"AOTInductor wrote a package that does not read back ({problem}); compile again.")
+    except AotcError:
+        raise
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise AotcError(f"AOTInductor could not compile the graph: {type(e).__name__}: {first}") from e
     finally:
         program.example_inputs = None
+
+
+def package_problem(path: Path) -> str | None:
+    """What is wrong with an AOTInductor package's metadata files, or None."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.endswith(".json"):
+                    json.loads(archive.read(name) or b"?")
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        return f"{type(e).__name__} in {path.name}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
 
 
 class CompiledGraph:

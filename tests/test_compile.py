@@ -87,6 +87,20 @@ def test_compile_cache(tmp_path):
     aotc.compile(second, cache_dir=tmp_path / "cache", use_cache=False, on_graph=record)
     assert events == ["start", "compiled"]
 
+    # a cache entry whose metadata does not read back (a package another process was still
+    # writing when inductor's cache handed it out) is compiled again, never copied
+    import zipfile
+
+    entry = next((tmp_path / "cache").glob("*.pt2"))
+    with zipfile.ZipFile(a) as good, zipfile.ZipFile(entry, "w") as bad:
+        for item in good.infolist():
+            bad.writestr(item, b"" if item.filename.endswith(".json") else good.read(item))
+    events.clear()
+    aotc.compile(second, cache_dir=tmp_path / "cache", on_graph=record)
+    assert events == ["start", "compiled"]
+    x = spec.args[0]
+    torch.testing.assert_close(aotc.load(second, backend="aoti")(x), spec.module(x))
+
 
 def test_load_does_not_probe_the_cpu(sample_bundles, compiled, monkeypatch):
     from aotc import _torch_compat
