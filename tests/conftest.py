@@ -33,7 +33,7 @@ COMPILED_SAMPLES = [
     ("tiny_transformer", "autograd"),
     ("tiny_transformer", "joint"),
 ]
-# Corpus cases the aoti-backend tests compile (all of them with AOTC_FULL_CORPUS=1).
+# Corpus cases the aoti- and onnx-backend tests compile (all of them with AOTC_FULL_CORPUS=1).
 AOTI_CORPUS = (
     {c.name for c in all_cases()} if os.environ.get("AOTC_FULL_CORPUS") == "1" else compiled_in_ci(all_cases())
 )
@@ -114,7 +114,7 @@ def onnx_exported(corpus_bundles) -> dict[Path, str]:
 
     refused = {}
     for (name, mode), path in corpus_bundles.items():
-        if mode == "eval" and isinstance(path, Path):
+        if mode == "eval" and isinstance(path, Path) and name in AOTI_CORPUS:
             try:
                 add_to_bundle(path)
             except AotcError as e:

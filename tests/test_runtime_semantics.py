@@ -58,8 +58,8 @@ def _bundle(corpus_bundles, name: str, mode: str) -> Path | None:
 
 
 def _skip_uncompiled(name: str, backend: str) -> None:
-    if backend == "aoti" and name not in AOTI_CORPUS:
-        pytest.skip("compiled for aoti only with AOTC_FULL_CORPUS=1 (about 5 s per graph)")
+    if backend in ("aoti", "onnx") and name not in AOTI_CORPUS:
+        pytest.skip(f"compiled for {backend} only with AOTC_FULL_CORPUS=1 (seconds per graph)")
 
 
 def _observe(case, fn, module) -> Observation:
