@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +33,12 @@ from aotc import eager_check
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.errors import CaptureError
+from aotc.dynamic_shapes import declared_ranges, user_dynamic_shapes
 from aotc.flat_graph import FlatCall, lift_constants, reexport
 from aotc.graph_meta import (
     alias_groups,
     build_program_meta,
     eager_views,
-    finite_int,
     graph_placeholders,
     members,
     output_descs,
@@ -47,7 +46,7 @@ from aotc.graph_meta import (
     tensor_meta,
     traced_min,
 )
-from aotc.model_file import FunctionModule, forward_arg_names
+from aotc.model_file import forward_arg_names
 from aotc.outputs import plain_outputs
 from aotc.schema import (
     BackwardSignature,
@@ -165,68 +164,6 @@ def _check_plain_tensors(module: torch.nn.Module, flat: list[Any], names: list[s
             )
 
 
-def _positional_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
-    """The user's dynamic_shapes, written against the model's forward as torch.export
-    documents it (a dict keyed by forward's parameter names, or a tuple in their order;
-    a `*args` or `**kwargs` parameter takes a tuple or dict of its own), for Program,
-    whose forward is `(*args, **kwargs)`."""
-    if spec is None:
-        return None
-    target = model.fn if isinstance(model, FunctionModule) else model.forward
-    try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        bound = None
-    params = bound.signature.parameters if bound is not None else {}
-    names = list(bound.arguments) if bound is not None else forward_arg_names(model, args, kwargs) + list(kwargs)
-    if isinstance(spec, (list, tuple)):
-        if len(spec) != len(names):
-            raise CaptureError(
-                f"dynamic_shapes is a {type(spec).__name__} of {len(spec)}; {type(model).__name__}.forward "
-                f"is called with {len(names)} input(s) ({', '.join(names)}). Give one entry per input, "
-                "or a dict keyed by these names."
-            )
-        spec = dict(zip(names, spec))
-    if not isinstance(spec, dict):
-        raise CaptureError(
-            f"dynamic_shapes is a {type(spec).__name__}; expected a dict keyed by forward's "
-            "argument names, or a tuple in argument order (torch.export's format)."
-        )
-    unknown = set(spec) - set(names)
-    if unknown:
-        raise CaptureError(
-            f"dynamic_shapes names {sorted(unknown)}, which are not inputs of "
-            f"{type(model).__name__}.forward in this call (inputs: {', '.join(names)})."
-        )
-
-    def kind(name):
-        p = params.get(name)
-        return p.kind if p is not None else None
-
-    # Where each positional argument and keyword went in forward's signature.
-    arg_specs, position = [], 0
-    for name in names:
-        if position >= len(args):
-            break
-        if kind(name) is inspect.Parameter.VAR_POSITIONAL:
-            count = len(bound.arguments[name])
-            sub = spec.get(name)
-            arg_specs += list(sub) if sub is not None else [None] * count
-            position += count
-        elif kind(name) is not inspect.Parameter.VAR_KEYWORD:
-            arg_specs.append(spec.get(name))
-            position += 1
-    kw_specs = {}
-    for key in kwargs:
-        if key in names and kind(key) is not inspect.Parameter.VAR_KEYWORD:
-            kw_specs[key] = spec.get(key)
-        else:  # gathered by forward's **kwargs parameter
-            var_kw = next((n for n in names if kind(n) is inspect.Parameter.VAR_KEYWORD), None)
-            kw_specs[key] = (spec.get(var_kw) or {}).get(key) if var_kw else spec.get(key)
-    # torch.export binds these to Program.forward(*args, **kwargs): an empty group has no key
-    return {"args": tuple(arg_specs), "kwargs": kw_specs}
-
-
 def _value_range(t: torch.Tensor) -> list[int] | None:
     if t.dtype.is_floating_point or t.dtype.is_complex or t.numel() == 0:
         return None
@@ -324,7 +261,7 @@ def _flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[
 def _export_program(program: Program, args, kwargs, dynamic_shapes) -> ExportedProgram:
     """torch.export of `program`, with keyword inputs passed positionally (see Program);
     the result's module takes `(*args, *kwargs.values())`."""
-    spec = _positional_dynamic_shapes(program.model, args, kwargs, dynamic_shapes)
+    spec = user_dynamic_shapes(program.model, args, kwargs, dynamic_shapes)
     flat_spec = None if spec is None else {"args": (*spec["args"], *spec["kwargs"].values())}
     positional = Program(program.model, program.loss, keywords=tuple(kwargs))
     return torch.export.export(
@@ -512,7 +449,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
 
     # The ranges the user declared (torch.export reports them; its trace assumed sizes >= 2)
-    declared = _declared_ranges(ep) if ep is not None else {}
+    declared = declared_ranges(ep) if ep is not None else {}
     user_input_meta = [
         dataclasses.replace(tensor_meta(t, f, declared), value_range=_value_range(t))
         for t, f in zip(flat_user, fake_user)
@@ -539,14 +476,6 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
             for name in module._non_persistent_buffers_set
         ],
     )
-
-
-def _declared_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:
-    return {
-        str(sym): (finite_int(vr.lower) or 0, finite_int(vr.upper))
-        for sym, vr in ep.range_constraints.items()
-        if getattr(sym, "is_symbol", False)
-    }
 
 
 def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool | None:

@@ -1,0 +1,88 @@
+"""dynamic_shapes as users write them, and the ranges torch.export reports back.
+
+Users write dynamic_shapes against their model's forward, as torch.export documents it.
+aotc traces `Program` (the model, maybe followed by its loss) with keyword inputs passed
+positionally, so the spec is rewritten for that call; and the range of each dim is the
+one torch.export reports (the declared one), not the one its trace assumed (sizes >= 2).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch.export import ExportedProgram
+
+from aotc.errors import CaptureError
+from aotc.graph_meta import finite_int
+from aotc.model_file import FunctionModule, forward_arg_names
+
+
+def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
+    """The user's dynamic_shapes, written against the model's forward as torch.export
+    documents it (a dict keyed by forward's parameter names, or a tuple in their order;
+    a `*args` or `**kwargs` parameter takes a tuple or dict of its own), for Program,
+    whose forward is `(*args, **kwargs)`."""
+    if spec is None:
+        return None
+    target = model.fn if isinstance(model, FunctionModule) else model.forward
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        bound = None
+    params = bound.signature.parameters if bound is not None else {}
+    names = list(bound.arguments) if bound is not None else forward_arg_names(model, args, kwargs) + list(kwargs)
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != len(names):
+            raise CaptureError(
+                f"dynamic_shapes is a {type(spec).__name__} of {len(spec)}; {type(model).__name__}.forward "
+                f"is called with {len(names)} input(s) ({', '.join(names)}). Give one entry per input, "
+                "or a dict keyed by these names."
+            )
+        spec = dict(zip(names, spec))
+    if not isinstance(spec, dict):
+        raise CaptureError(
+            f"dynamic_shapes is a {type(spec).__name__}; expected a dict keyed by forward's "
+            "argument names, or a tuple in argument order (torch.export's format)."
+        )
+    unknown = set(spec) - set(names)
+    if unknown:
+        raise CaptureError(
+            f"dynamic_shapes names {sorted(unknown)}, which are not inputs of "
+            f"{type(model).__name__}.forward in this call (inputs: {', '.join(names)})."
+        )
+
+    def kind(name):
+        p = params.get(name)
+        return p.kind if p is not None else None
+
+    # Where each positional argument and keyword went in forward's signature.
+    arg_specs, position = [], 0
+    for name in names:
+        if position >= len(args):
+            break
+        if kind(name) is inspect.Parameter.VAR_POSITIONAL:
+            count = len(bound.arguments[name])
+            sub = spec.get(name)
+            arg_specs += list(sub) if sub is not None else [None] * count
+            position += count
+        elif kind(name) is not inspect.Parameter.VAR_KEYWORD:
+            arg_specs.append(spec.get(name))
+            position += 1
+    kw_specs = {}
+    for key in kwargs:
+        if key in names and kind(key) is not inspect.Parameter.VAR_KEYWORD:
+            kw_specs[key] = spec.get(key)
+        else:  # gathered by forward's **kwargs parameter
+            var_kw = next((n for n in names if kind(n) is inspect.Parameter.VAR_KEYWORD), None)
+            kw_specs[key] = (spec.get(var_kw) or {}).get(key) if var_kw else spec.get(key)
+    # torch.export binds these to Program.forward(*args, **kwargs): an empty group has no key
+    return {"args": tuple(arg_specs), "kwargs": kw_specs}
+
+
+def declared_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:
+    return {
+        str(sym): (finite_int(vr.lower) or 0, finite_int(vr.upper))
+        for sym, vr in ep.range_constraints.items()
+        if getattr(sym, "is_symbol", False)
+    }
