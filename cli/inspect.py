@@ -70,6 +70,12 @@ def _render(info: dict, top_ops: int) -> None:
         ("size", "  ".join([f"total {human_size(info['size']['total'])}"] + [f"{k} {human_size(v)}" for k, v in info["size"].items() if k != "total"])),
     ]:
         head.add_row(label, value)
+    if model.get("task"):
+        head.add_row("task", model["task"])
+    if m.get("generation"):
+        g = m["generation"]
+        head.add_row("generation", f"batch {g['batch_size']}, KV cache of {g['max_cache_len']} tokens, "
+                                   f"eos {g['eos_token_ids'] or '-'} (aotc run BUNDLE --prompt-ids ...)")
     out.print(head)
 
     files = _table("Files", "path", "kind", "size", "sha256")

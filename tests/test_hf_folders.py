@@ -90,6 +90,8 @@ def test_text_generation_folder_writes_prefill_and_decode_and_copies_tokenizer(f
         assert (out / rel).read_bytes() == (folders["gpt2"] / rel.removeprefix("hf/")).read_bytes()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out / "hf")
     assert tokenizer("the cat sat")["input_ids"] == [2, 3, 4]
+    shown = CliRunner().invoke(cli, ["inspect", str(out)])
+    assert shown.exit_code == 0 and "KV cache of 40 tokens" in shown.output and "text-generation" in shown.output
     # the decode graph mutates the cache buffers; nothing else
     decode = bundle.metadata.programs["decode"]
     mutated = {i.name for i in decode.inputs if i.mutation_type != "NOT_MUTATED"}
