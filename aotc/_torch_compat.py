@@ -40,6 +40,8 @@ _LAZY = {
     "ViewBaseAOTInput": _DESCRIPTORS,
     "SyntheticBaseAOTInput": _DESCRIPTORS,
     "MetadataMutationAOTOutput": _DESCRIPTORS,
+    "ForwardTokenAOTInput": _DESCRIPTORS,
+    "BackwardTokenAOTInput": _DESCRIPTORS,
     "MutationType": "torch._functorch._aot_autograd.schemas",
     "OutputType": "torch._functorch._aot_autograd.schemas",
     "ViewAndMutationMeta": "torch._functorch._aot_autograd.schemas",

@@ -206,6 +206,12 @@ def _input_name(desc: Any, names: Names) -> tuple[str, str, str | None, int | No
         # user inputs that alias each other and are mutated are traced on their base
         user = names.user[desc.base_of.idx]
         return f"base_of:{user}", "synthetic_base", user, desc.base_of.idx
+    if isinstance(desc, (tc.ForwardTokenAOTInput, tc.BackwardTokenAOTInput)):
+        raise CaptureError(
+            "forward calls an operator with side effects (printing, a custom op registered as "
+            "effectful), which AOTAutograd orders with an effect token; aotc's graphs are pure and "
+            "would not replay it. Move the call out of forward."
+        )
     raise CaptureError(f"unexpected graph input {desc!r}; this model uses a feature aotc v1 does not support")
 
 
@@ -365,6 +371,12 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
         # input's rank) AOTAutograd captures directly; without dynamic dims nothing is lost.
         ep = None
     if ep is not None:
+        custom = [s.target for s in ep.graph_signature.input_specs if s.kind.name == "CUSTOM_OBJ"]
+        if custom:
+            raise CaptureError(
+                f"{type(model).__name__} holds script objects ({', '.join(custom)}); a bundle holds "
+                "tensors only, and would have to pickle them to keep them. Keep their state in tensors."
+            )
         gm = ep.module()
         grad_mode_after = _grad_mode_leak(ep, program, c_args, c_kwargs)
         # Symbolic stand-ins for the user inputs, from torch.export; duplicates share one.

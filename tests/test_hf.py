@@ -208,3 +208,17 @@ def test_size_one_that_does_not_replay_is_refused_not_wrong(tmp_path):
         loaded(torch.randn(1, 2))
     x = torch.randn(3, 2)
     torch.testing.assert_close(loaded(x), x * 2)
+
+
+def test_side_effects_threaded_by_effect_tokens_are_refused(tmp_path):
+    """torch.export can give a graph effect-token inputs; a pure bundle cannot replay them."""
+    from aotc.errors import CaptureError
+
+    class Prints(torch.nn.Module):
+        def forward(self, x):
+            torch.ops.aten._print("called")
+            return x * 2
+
+    with pytest.raises(CaptureError, match="operator with side effects"):
+        aotc.export(Prints(), (torch.randn(2),), tmp_path / "b")
+    assert not (tmp_path / "b").exists()
