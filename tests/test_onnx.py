@@ -94,6 +94,21 @@ def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     assert "Error: onnxruntime does not reproduce the joint graph: mutated:bn.running_mean" in result.stderr
 
 
+def test_graph_that_draws_random_numbers_is_refused_every_time(tmp_path):
+    """Comparing one onnxruntime run with torch can match by chance (a dropout mask of a
+    few elements); a graph with random ops is refused from its operators, not its values."""
+    import torch.nn.functional as F
+
+    class AlwaysDropout(torch.nn.Module):
+        def forward(self, x):
+            return F.dropout(x, 0.5) + x  # F.dropout drops in eval too (training=True)
+
+    aotc.export(AlwaysDropout(), (torch.ones(2),), tmp_path / "b")
+    with pytest.raises(aotc.AotcError, match=r"draws random numbers \(aten\.\w+"):
+        add_to_bundle(tmp_path / "b")
+    assert not (tmp_path / "b" / "onnx").exists()
+
+
 # An LSTM word language model (tied embedding/decoder weights). Its bundle graph runs each
 # LSTM layer as oneDNN's aten.mkldnn_rnn_layer, which ONNX cannot express: the exporter
 # puts aten.lstm back for ONNX and still checks the result against the bundle graph. The
