@@ -65,10 +65,6 @@ class FolderModel:
     assets: dict[str, Path]  # path in the bundle -> file in the folder
 
 
-def is_folder(target: str) -> bool:
-    return Path(target).is_dir()
-
-
 def _transformers():
     try:
         import transformers
@@ -93,7 +89,7 @@ def _read_config(folder: Path) -> dict:
         raise ModelFileError(f"'{path}' is not valid JSON ({e}); write it again with save_pretrained.") from e
 
 
-def infer_task(config: dict, folder: Path) -> str:
+def infer_task(config: dict) -> str:
     """The task named by the config's first architecture (feature-extraction when none fits)."""
     architectures = config.get("architectures") or []
     for arch in architectures:
@@ -123,7 +119,7 @@ def load_folder(folder: str | Path, task: str | None = None) -> FolderModel:
             f"'{folder / 'config.json'}' names custom code (auto_map); aotc never runs code from a "
             "model folder. Export the model from a model file that builds it instead."
         )
-    task = task or infer_task(config_json, folder)
+    task = task or infer_task(config_json)
     if task not in TASKS:
         raise ModelFileError(f"unknown task '{task}'; aotc knows {', '.join(TASKS)}.")
     _check_weights(folder)
