@@ -177,13 +177,20 @@ def _rebuilt_eager(bundle, source, explicit, found, samples, override, report) -
         report.skipped.append(f"random samples: model file '{source}' is not here; pass --model")
         return []
     spec = load_model(source, checkpoint=bundle.manifest.model.checkpoint)
+    model = spec.module
+    if bundle.manifest.generation is not None:
+        # a generation bundle's graphs are the model over its static KV cache
+        from aotc.generation import StaticCacheLM
+
+        g = bundle.manifest.generation
+        model = StaticCacheLM(model.eval(), g.batch_size, g.max_cache_len).eval()
     mode = _mode(bundle)
     names = [u.name for u in bundle.signature.user_inputs]
     in_spec = pytree.treespec_loads(bundle.signature.in_spec)
     checks = []
     for sample in range(samples):
         inputs = random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True)
-        expected = run_eager(copy.deepcopy(spec.module).train(bundle.metadata.training), *inputs, names, mode,
+        expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
                              spec.loss, grad_seed=sample + 1)
         for label, backend, device in found:
             actual = run_artifact(bundle, backend, device, inputs, expected)
