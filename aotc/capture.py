@@ -34,23 +34,21 @@ from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.errors import CaptureError
 from aotc.dynamic_shapes import declared_ranges, user_dynamic_shapes
-from aotc.flat_graph import FlatCall, lift_constants, reexport
+from aotc.flat_graph import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
 from aotc.graph_meta import (
     alias_groups,
     build_program_meta,
+    check_scalar_loss,
     eager_views,
     graph_placeholders,
     members,
-    output_descs,
-    output_nodes,
     tensor_meta,
     traced_min,
 )
 from aotc.model_file import forward_arg_names
 from aotc.outputs import plain_outputs
+from aotc.slots import Names, input_name, state_aliases
 from aotc.schema import (
-    BackwardSignature,
-    GraphSignature,
     ProgramMeta,
     Slot,
     TensorMeta,
@@ -76,18 +74,6 @@ class CaptureOptions:
     dynamic_shapes: Any = None
     # what an inference graph is called in the bundle ("prefill" and "decode" for generation)
     graph_name: str = "inference"
-
-
-@dataclass
-class CapturedGraph:
-    """One flat graph: its ExportedProgram, signature, and real example inputs."""
-
-    kind: str
-    program: ExportedProgram
-    signature: GraphSignature
-    example_inputs: list[torch.Tensor]
-    size_outputs: frozenset[int] = frozenset()  # outputs that are (n, 0) size carriers
-    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # by slot target, stored with the weights
 
 
 @dataclass
@@ -135,13 +121,6 @@ class Program(torch.nn.Module):
         return self.loss(out, *args, **kwargs)
 
 
-_PREFIX = "model."
-
-
-def _strip(fqn: str) -> str:
-    return fqn[len(_PREFIX):] if fqn.startswith(_PREFIX) else fqn
-
-
 # ------------------------------------------------------------------ inputs and shapes
 
 
@@ -168,78 +147,6 @@ def _value_range(t: torch.Tensor) -> list[int] | None:
     if t.dtype.is_floating_point or t.dtype.is_complex or t.numel() == 0:
         return None
     return [int(t.min()), int(t.max())]
-
-
-# --------------------------------------------------------------------- descriptors
-
-
-@dataclass(frozen=True)
-class Names:
-    """How graph slots are named: user inputs by forward's argument names, parameters and
-    buffers by the FQN the bundle stores them under (the first name of a tied weight)."""
-
-    user: list[str]
-    aliases: dict[str, str]
-    # user inputs on a synthetic base whose metadata the program changes, in input order
-    # (AOTAutograd returns their new views as extra outputs, numbered in this order)
-    metadata_mutated: tuple[int, ...] = ()
-
-    def state(self, target: str) -> str:
-        fqn = _strip(target)
-        return self.aliases.get(fqn, fqn)
-
-
-def _input_name(desc: Any, names: Names) -> tuple[str, str, str | None, int | None]:
-    """(slot name, role, target, index) for an AOTAutograd input descriptor."""
-    if isinstance(desc, tc.ParamAOTInput):
-        fqn = names.state(desc.target)
-        return fqn, "parameter", fqn, None
-    if isinstance(desc, tc.BufferAOTInput):
-        fqn = names.state(desc.target)
-        return fqn, "buffer", fqn, None
-    if isinstance(desc, tc.PlainAOTInput):
-        return names.user[desc.idx], "user_input", names.user[desc.idx], desc.idx
-    if isinstance(desc, tc.TangentAOTInput):
-        of = _output_slot(desc.output, names, loss=False)
-        return f"tangent:{of.name}", "tangent", of.name, of.index
-    if isinstance(desc, (tc.ViewBaseAOTInput, tc.SyntheticBaseAOTInput)) and isinstance(desc.base_of, tc.PlainAOTInput):
-        # user inputs that alias each other and are mutated are traced on their base
-        user = names.user[desc.base_of.idx]
-        return f"base_of:{user}", "synthetic_base", user, desc.base_of.idx
-    if isinstance(desc, (tc.ForwardTokenAOTInput, tc.BackwardTokenAOTInput)):
-        raise CaptureError(
-            "forward calls an operator with side effects (printing, a custom op registered as "
-            "effectful), which AOTAutograd orders with an effect token; aotc's graphs are pure and "
-            "would not replay it. Move the call out of forward."
-        )
-    raise CaptureError(f"unexpected graph input {desc!r}; this model uses a feature aotc v1 does not support")
-
-
-def _output_slot(desc: Any, names: Names, loss: bool) -> Slot:
-    if isinstance(desc, tc.InputMutationAOTOutput):
-        name, _, target, index = _input_name(desc.mutated_input, names)
-        return Slot(f"mutated:{name}", "input_mutation", target, index)
-    if isinstance(desc, tc.MetadataMutationAOTOutput):
-        if desc.idx >= len(names.metadata_mutated):
-            raise CaptureError(
-                "the program changes the shape or strides of an input that shares memory with "
-                "another mutated input in a way aotc cannot follow; pass separate tensors."
-            )
-        user = names.metadata_mutated[desc.idx]
-        return Slot(f"mutated_metadata:{names.user[user]}", "input_mutation", names.user[user], user)
-    if isinstance(desc, tc.PlainAOTOutput):
-        if loss:
-            return Slot("loss", "loss", None, desc.idx)
-        return Slot(f"output[{desc.idx}]", "user_output", None, desc.idx)
-    if isinstance(desc, tc.IntermediateBaseAOTOutput):
-        of = _output_slot(desc.base_of, names, loss)
-        return Slot(f"base_of:{of.name}", "intermediate_base", of.name, of.index)
-    if isinstance(desc, tc.SavedForBackwardsAOTOutput):
-        return Slot(f"saved[{desc.idx}]", "saved", None, desc.idx)
-    if isinstance(desc, tc.GradAOTOutput):
-        name, _, target, index = _input_name(desc.grad_of, names)
-        return Slot(f"grad:{name}", "gradient", target, index)
-    raise CaptureError(f"unexpected graph output {desc!r}; this model uses a feature aotc v1 does not support")
 
 
 # ---------------------------------------------------------------------------- capture
@@ -348,7 +255,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
             clones[i].requires_grad_(True)
     c_args, c_kwargs = pytree.tree_unflatten([clones[i] for i in range(len(flat_user))], in_spec)
 
-    names = Names(user_names, _state_aliases(model))
+    names = Names(user_names, state_aliases(model))
     program = Program(model, loss if options.mode == "joint" else None)
     aliased = storage_groups(flat_user)
     if aliased and options.dynamic_shapes is not None:
@@ -378,7 +285,7 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
                 "tensors only, and would have to pickle them to keep them. Keep their state in tensors."
             )
         gm = ep.module()
-        grad_mode_after = _grad_mode_leak(ep, program, c_args, c_kwargs)
+        grad_mode_after = eager_check.grad_mode_leak(ep, program, c_args, c_kwargs)
         # Symbolic stand-ins for the user inputs, from torch.export; duplicates share one.
         user_specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         fake_user = [ep.graph.find_nodes(op="placeholder", target=s.arg.name)[0].meta["val"] for s in user_specs]
@@ -406,14 +313,14 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
 
     # Everything below runs on real tensors, outside AOTAutograd's fake mode.
     primal_nodes = [p for p in graph_placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
-    primal_slots = [Slot(*_input_name(p.meta["desc"], names)) for p in primal_nodes]
+    primal_slots = [Slot(*input_name(p.meta["desc"], names)) for p in primal_nodes]
     real_primals = [_real_input(slot, state, flat_user) for slot in primal_slots]
     fake_primals = [p.meta["val"] for p in primal_nodes]
     graphs: dict[str, CapturedGraph] = {}
     if options.mode == "inference":
         name = options.graph_name
-        graphs[name] = _finish(name, jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
-        user_out_values = _run_user_outputs(graphs[name])
+        graphs[name] = finish_graph(name, jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
+        user_out_values = run_user_outputs(graphs[name])
     elif options.mode == "joint":
         tangent_nodes = [p for p in graph_placeholders(jgm) if isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
         if any(not isinstance(n.meta["desc"].output, tc.PlainAOTOutput) for n in tangent_nodes):
@@ -422,20 +329,20 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
                 "the loss as its only differentiable output. Export with --autograd instead."
             )
         tangents = [n.meta["val"].dtype for n in tangent_nodes]
-        graphs["joint"] = _finish("joint", jgm, primal_slots, names, real_primals, fake_primals, tangents=tangents)
-        user_out_values = _run_user_outputs(graphs["joint"])
+        graphs["joint"] = finish_graph("joint", jgm, primal_slots, names, real_primals, fake_primals, tangents=tangents)
+        user_out_values = run_user_outputs(graphs["joint"])
     elif partitioned is None:
         # Every output that takes a gradient aliases an input: the runtime rebuilds those
         # as views of the caller's tensors (autograd flows through the views), so there is
         # a forward graph and no backward one.
-        graphs["forward"] = _finish("forward", jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
-        user_out_values = _run_user_outputs(graphs["forward"])
+        graphs["forward"] = finish_graph("forward", jgm, primal_slots, names, real_primals, fake_primals, tangents=None)
+        user_out_values = run_user_outputs(graphs["forward"])
     else:
         fw, bw = partitioned
-        graphs["forward"] = _finish("forward", fw, primal_slots, names, real_primals, fake_primals, tangents=None)
+        graphs["forward"] = finish_graph("forward", fw, primal_slots, names, real_primals, fake_primals, tangents=None)
         fw_values = list(graphs["forward"].program.module()(*graphs["forward"].example_inputs))
-        user_out_values = _user_outputs(graphs["forward"], fw_values)
-        graphs["backward"] = _capture_backward(bw, graphs["forward"], fw_values, names)
+        user_out_values = user_outputs(graphs["forward"], fw_values)
+        graphs["backward"] = capture_backward(bw, graphs["forward"], fw_values, names)
 
     program_meta = build_program_meta(
         jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, duplicates,
@@ -490,35 +397,6 @@ def _capture(model, args, kwargs, loss, options, training, user_names, user_path
     )
 
 
-def _grad_mode_leak(ep: ExportedProgram, program: Program, args, kwargs) -> bool | None:
-    """The grad mode forward leaves behind, if it changes it (None if not).
-
-    Eager lets `torch.set_grad_enabled(False)` in forward leak to the caller, and
-    AOTAutograd's runtime replays that; torch.export scopes it inside the graph. When the
-    graph shows a grad-mode region, one forward on fake tensors tells what eager leaves.
-    """
-    if not any("set_grad_enabled" in str(n.target) for n in ep.graph.nodes if n.op == "call_function"):
-        return None
-    mode = tc.FakeTensorMode(allow_non_fake_inputs=True)
-    fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
-    # the module's own tensors are swapped for fakes too: an in-place op on a real buffer
-    # under fake mode would still record autograd history on it
-    state = {
-        k: mode.from_tensor(v)
-        for k, v in [*program.named_parameters(remove_duplicate=False), *program.named_buffers(remove_duplicate=False)]
-    }
-    before = torch.is_grad_enabled()
-    try:
-        with mode:
-            torch.func.functional_call(program, state, fake_args, fake_kwargs, tie_weights=True, strict=False)
-        after = torch.is_grad_enabled()
-    except Exception:  # data-dependent code cannot run on fakes; assume no leak
-        after = before
-    finally:
-        torch.set_grad_enabled(before)
-    return after if after != before else None
-
-
 def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
     """AOTAutograd's graph, metadata and out spec; for "autograd", the partitioned
     (forward, backward) graphs too. AOTAutograd's fake mode is active only in here."""
@@ -550,7 +428,7 @@ def _aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
             ) from e
         jgm = jd.graph_module
         if options.mode == "joint":
-            _check_scalar_loss(jgm)
+            check_scalar_loss(jgm)
         is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in graph_placeholders(jgm))
         fw_metadata = jd._aot_state.fw_metadata
         if options.mode == "inference" and is_joint_graph:
@@ -602,146 +480,12 @@ def _detached(tree):
     return pytree.tree_map_only(torch.Tensor, lambda t: memo.setdefault(id(t), t.detach()), tree)
 
 
-def _check_scalar_loss(joint: torch.fx.GraphModule) -> None:
-    descs = output_descs(joint)
-    nodes = output_nodes(joint)
-    loss = next(n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput))
-    val = loss.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.dim() != 0:
-        found = f"a tensor of shape {tuple(val.shape)}" if isinstance(val, torch.Tensor) else type(val).__name__
-        raise CaptureError(
-            f"loss() returned {found}; a joint graph needs a scalar loss (shape ()). "
-            "Reduce it, e.g. with .mean() or .sum()."
-        )
-
-
-def _state_aliases(model: torch.nn.Module) -> dict[str, str]:
-    """Second names of tied parameters/buffers -> the name the bundle stores them under."""
-    first: dict[int, str] = {}
-    aliases = {}
-    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        if id(t) in first:
-            aliases[name] = first[id(t)]
-        else:
-            first[id(t)] = name
-    return aliases
-
-
 def _real_input(slot: Slot, state: dict[str, torch.Tensor], flat_user: list[torch.Tensor]) -> torch.Tensor:
     if slot.role in ("parameter", "buffer"):
         return state[slot.target].clone()
     t = flat_user[slot.index]
     # laid out exactly as the caller's: the graph is re-exported (and compiled) for it
     return exact_copy(synthetic_base(t) if slot.role == "synthetic_base" else t.detach())
-
-
-def _kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
-    """Positions of the graph's non-None outputs, and their slots."""
-    descs = output_descs(gm)
-    keep = [i for i, n in enumerate(output_nodes(gm)) if n is not None]
-    return keep, [_output_slot(descs[i], names, loss) for i in keep]
-
-
-def _finish(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
-    """Re-export `gm` as a flat program that drops its None outputs."""
-    keep, out_slots = _kept_outputs(gm, names, loss=kind == "joint")
-    nodes = output_nodes(gm)
-    sizes = frozenset(
-        j for j, i in enumerate(keep)
-        if out_slots[j].role == "saved" and isinstance(nodes[i].meta.get("val"), (int, torch.SymInt))
-    )
-    flat, constants = lift_constants(gm)
-    const_slots = _constant_slots(kind, constants)
-    program = reexport(
-        FlatCall(flat, keep, tangents, size_outputs=sizes, num_constants=len(constants)),
-        [*real_inputs, *(v for _, v in constants)], [*fake_inputs, *(v for _, v in constants)], kind,
-    )
-    backward = _backward_signature(out_slots) if kind in ("joint", "backward") else None
-    return CapturedGraph(
-        kind=kind,
-        program=program,
-        signature=GraphSignature(kind=kind, inputs=[*in_slots, *const_slots], outputs=out_slots, backward=backward),
-        example_inputs=[*real_inputs, *(v for _, v in constants)],
-        size_outputs=sizes,
-        constants={s.target: v for s, (_, v) in zip(const_slots, constants)},
-    )
-
-
-def _constant_slots(kind: str, constants: list[tuple[str, torch.Tensor]]) -> list[Slot]:
-    """Slots of a graph's lifted constants; the target is their key in weights.safetensors."""
-    return [Slot(f"constant:{kind}/{name}", "constant", f"constant:{kind}/{name}", None) for name, _ in constants]
-
-
-def _backward_signature(out_slots: list[Slot]) -> BackwardSignature:
-    return BackwardSignature(
-        gradients_to_parameters={
-            s.name: s.target for s in out_slots if s.role == "gradient" and s.index is None
-        },
-        gradients_to_user_inputs={
-            s.name: s.target for s in out_slots if s.role == "gradient" and s.index is not None
-        },
-        loss_output=next((s.name for s in out_slots if s.role == "loss"), None),
-    )
-
-
-def _run_user_outputs(graph: CapturedGraph) -> list[Any]:
-    with torch.no_grad():
-        values = list(graph.program.module()(*graph.example_inputs))
-    return _user_outputs(graph, values)
-
-
-def _user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
-    by_index = {
-        s.index: v for s, v in zip(graph.signature.outputs, values) if s.role in ("user_output", "loss")
-    }
-    return [by_index.get(i) for i in range(len(by_index))]
-
-
-def _capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Names) -> CapturedGraph:
-    fw_out_slots = forward.signature.outputs
-    saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
-    placeholders = graph_placeholders(bw)
-    # AOTAutograd's backward takes the saved sizes first, then the saved tensors; the
-    # forward returned the sizes as (n, 0) carriers (see FlatCall).
-    num_sizes = sum(1 for p in placeholders if isinstance(p.meta.get("val"), (int, torch.SymInt)))
-    size_saved = {fw_out_slots[j].index for j in forward.size_outputs}
-    saved_order = sorted(range(len(saved)), key=lambda i: i not in size_saved)
-    if len(size_saved) != num_sizes:
-        raise CaptureError("the backward graph takes a different number of saved sizes than the forward saves")
-    slots, reals = [], []
-    for position, p in enumerate(placeholders):
-        desc = p.meta.get("desc")
-        if isinstance(desc, tc.TangentAOTInput):
-            name, role, target, index = _input_name(desc, names)
-            of = next(v for s, v in zip(fw_out_slots, fw_values) if s.name == target)
-            slots.append(Slot(name, role, target, index))
-            # contiguous, as the runtime passes incoming gradients (compiled code assumes it)
-            reals.append(torch.ones(of.shape, dtype=of.dtype, device=of.device))
-        else:
-            if position >= len(saved_order):
-                raise CaptureError("the backward graph takes more saved values than the forward saves")
-            i = saved_order[position]
-            slots.append(Slot(f"saved[{i}]", "saved", None, i))
-            reals.append(saved[i].detach())
-    keep, out_slots = _kept_outputs(bw, names, loss=False)
-    size_inputs = frozenset(range(num_sizes))
-    vals = [p.meta.get("val") for p in placeholders]
-    flat, constants = lift_constants(bw)
-    const_slots = _constant_slots("backward", constants)
-    consts = [v for _, v in constants]
-    program = reexport(
-        FlatCall(flat, keep, size_inputs=size_inputs, num_constants=len(consts)),
-        [*reals, *consts], [*vals, *consts], "backward", size_inputs,
-    )
-    return CapturedGraph(
-        kind="backward",
-        program=program,
-        signature=GraphSignature(
-            kind="backward", inputs=[*slots, *const_slots], outputs=out_slots, backward=_backward_signature(out_slots)
-        ),
-        example_inputs=[*reals, *consts],
-        constants={s.target: v for s, v in zip(const_slots, consts)},
-    )
 
 
 __all__ = ["MODES", "Capture", "CaptureOptions", "CapturedGraph", "capture"]

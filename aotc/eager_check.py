@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, geometry
 from aotc.errors import CaptureError
@@ -135,3 +136,32 @@ def eager_output_requires_grad(meta: ProgramMeta, eager: EagerCall, user_names: 
             out = dataclasses.replace(out, requires_grad=eager.output_requires_grad[out.index])
         outputs.append(out)
     return dataclasses.replace(meta, outputs=outputs)
+
+
+def grad_mode_leak(ep, program: torch.nn.Module, args, kwargs) -> bool | None:
+    """The grad mode forward leaves behind, if it changes it (None if not).
+
+    Eager lets `torch.set_grad_enabled(False)` in forward leak to the caller, and
+    AOTAutograd's runtime replays that; torch.export scopes it inside the graph. When the
+    graph shows a grad-mode region, one forward on fake tensors tells what eager leaves.
+    """
+    if not any("set_grad_enabled" in str(n.target) for n in ep.graph.nodes if n.op == "call_function"):
+        return None
+    mode = tc.FakeTensorMode(allow_non_fake_inputs=True)
+    fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+    # the module's own tensors are swapped for fakes too: an in-place op on a real buffer
+    # under fake mode would still record autograd history on it
+    state = {
+        k: mode.from_tensor(v)
+        for k, v in [*program.named_parameters(remove_duplicate=False), *program.named_buffers(remove_duplicate=False)]
+    }
+    before = torch.is_grad_enabled()
+    try:
+        with mode:
+            torch.func.functional_call(program, state, fake_args, fake_kwargs, tie_weights=True, strict=False)
+        after = torch.is_grad_enabled()
+    except Exception:  # data-dependent code cannot run on fakes; assume no leak
+        after = before
+    finally:
+        torch.set_grad_enabled(before)
+    return after if after != before else None

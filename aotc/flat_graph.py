@@ -12,13 +12,18 @@ A flat program takes and returns tensors only, so it can be saved with
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.export import Dim, ExportedProgram
 
+from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
+from aotc.graph_meta import graph_placeholders, output_descs, output_nodes
+from aotc.schema import BackwardSignature, GraphSignature, Slot
+from aotc.slots import Names, input_name, output_slot
 
 
 def size_carrier(n) -> torch.Tensor:
@@ -123,3 +128,127 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
             f"the captured {kind} graph could not be exported as a flat program: "
             f"{type(e).__name__}: {first} Pass --debug for torch's full message."
         ) from e
+
+
+# ------------------------------------------------- captured graphs as flat programs
+
+
+@dataclass
+class CapturedGraph:
+    """One flat graph: its ExportedProgram, signature, and real example inputs."""
+
+    kind: str
+    program: ExportedProgram
+    signature: GraphSignature
+    example_inputs: list[torch.Tensor]
+    size_outputs: frozenset[int] = frozenset()  # outputs that are (n, 0) size carriers
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # by slot target, stored with the weights
+
+
+def kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
+    """Positions of the graph's non-None outputs, and their slots."""
+    descs = output_descs(gm)
+    keep = [i for i, n in enumerate(output_nodes(gm)) if n is not None]
+    return keep, [output_slot(descs[i], names, loss) for i in keep]
+
+
+def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents) -> CapturedGraph:
+    """Re-export `gm` as a flat program that drops its None outputs."""
+    keep, out_slots = kept_outputs(gm, names, loss=kind == "joint")
+    nodes = output_nodes(gm)
+    sizes = frozenset(
+        j for j, i in enumerate(keep)
+        if out_slots[j].role == "saved" and isinstance(nodes[i].meta.get("val"), (int, torch.SymInt))
+    )
+    flat, constants = lift_constants(gm)
+    const_slots = constant_slots(kind, constants)
+    program = reexport(
+        FlatCall(flat, keep, tangents, size_outputs=sizes, num_constants=len(constants)),
+        [*real_inputs, *(v for _, v in constants)], [*fake_inputs, *(v for _, v in constants)], kind,
+    )
+    backward = backward_signature(out_slots) if kind in ("joint", "backward") else None
+    return CapturedGraph(
+        kind=kind,
+        program=program,
+        signature=GraphSignature(kind=kind, inputs=[*in_slots, *const_slots], outputs=out_slots, backward=backward),
+        example_inputs=[*real_inputs, *(v for _, v in constants)],
+        size_outputs=sizes,
+        constants={s.target: v for s, (_, v) in zip(const_slots, constants)},
+    )
+
+
+def constant_slots(kind: str, constants: list[tuple[str, torch.Tensor]]) -> list[Slot]:
+    """Slots of a graph's lifted constants; the target is their key in weights.safetensors."""
+    return [Slot(f"constant:{kind}/{name}", "constant", f"constant:{kind}/{name}", None) for name, _ in constants]
+
+
+def backward_signature(out_slots: list[Slot]) -> BackwardSignature:
+    return BackwardSignature(
+        gradients_to_parameters={
+            s.name: s.target for s in out_slots if s.role == "gradient" and s.index is None
+        },
+        gradients_to_user_inputs={
+            s.name: s.target for s in out_slots if s.role == "gradient" and s.index is not None
+        },
+        loss_output=next((s.name for s in out_slots if s.role == "loss"), None),
+    )
+
+
+def run_user_outputs(graph: CapturedGraph) -> list[Any]:
+    with torch.no_grad():
+        values = list(graph.program.module()(*graph.example_inputs))
+    return user_outputs(graph, values)
+
+
+def user_outputs(graph: CapturedGraph, values: list[Any]) -> list[Any]:
+    by_index = {
+        s.index: v for s, v in zip(graph.signature.outputs, values) if s.role in ("user_output", "loss")
+    }
+    return [by_index.get(i) for i in range(len(by_index))]
+
+
+def capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Names) -> CapturedGraph:
+    fw_out_slots = forward.signature.outputs
+    saved = [v for s, v in zip(fw_out_slots, fw_values) if s.role == "saved"]
+    placeholders = graph_placeholders(bw)
+    # AOTAutograd's backward takes the saved sizes first, then the saved tensors; the
+    # forward returned the sizes as (n, 0) carriers (see FlatCall).
+    num_sizes = sum(1 for p in placeholders if isinstance(p.meta.get("val"), (int, torch.SymInt)))
+    size_saved = {fw_out_slots[j].index for j in forward.size_outputs}
+    saved_order = sorted(range(len(saved)), key=lambda i: i not in size_saved)
+    if len(size_saved) != num_sizes:
+        raise CaptureError("the backward graph takes a different number of saved sizes than the forward saves")
+    slots, reals = [], []
+    for position, p in enumerate(placeholders):
+        desc = p.meta.get("desc")
+        if isinstance(desc, tc.TangentAOTInput):
+            name, role, target, index = input_name(desc, names)
+            of = next(v for s, v in zip(fw_out_slots, fw_values) if s.name == target)
+            slots.append(Slot(name, role, target, index))
+            # contiguous, as the runtime passes incoming gradients (compiled code assumes it)
+            reals.append(torch.ones(of.shape, dtype=of.dtype, device=of.device))
+        else:
+            if position >= len(saved_order):
+                raise CaptureError("the backward graph takes more saved values than the forward saves")
+            i = saved_order[position]
+            slots.append(Slot(f"saved[{i}]", "saved", None, i))
+            reals.append(saved[i].detach())
+    keep, out_slots = kept_outputs(bw, names, loss=False)
+    size_inputs = frozenset(range(num_sizes))
+    vals = [p.meta.get("val") for p in placeholders]
+    flat, constants = lift_constants(bw)
+    const_slots = constant_slots("backward", constants)
+    consts = [v for _, v in constants]
+    program = reexport(
+        FlatCall(flat, keep, size_inputs=size_inputs, num_constants=len(consts)),
+        [*reals, *consts], [*vals, *consts], "backward", size_inputs,
+    )
+    return CapturedGraph(
+        kind="backward",
+        program=program,
+        signature=GraphSignature(
+            kind="backward", inputs=[*slots, *const_slots], outputs=out_slots, backward=backward_signature(out_slots)
+        ),
+        example_inputs=[*reals, *consts],
+        constants={s.target: v for s, v in zip(const_slots, consts)},
+    )

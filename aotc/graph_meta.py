@@ -303,3 +303,16 @@ def alias_groups(flat_user: list, slots: list[Slot]) -> list[AliasGroup]:
         base = AliasedInput(slot.index, *geometry(synthetic_base(owner)))
         groups.append(AliasGroup(members, slot.name, kind, base))
     return groups
+
+
+def check_scalar_loss(joint: torch.fx.GraphModule) -> None:
+    descs = output_descs(joint)
+    nodes = output_nodes(joint)
+    loss = next(n for d, n in zip(descs, nodes) if isinstance(d, tc.PlainAOTOutput))
+    val = loss.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() != 0:
+        found = f"a tensor of shape {tuple(val.shape)}" if isinstance(val, torch.Tensor) else type(val).__name__
+        raise CaptureError(
+            f"loss() returned {found}; a joint graph needs a scalar loss (shape ()). "
+            "Reduce it, e.g. with .mean() or .sum()."
+        )

@@ -164,12 +164,13 @@ def test_aoti_matches_eager_at_every_size(hf_bundles, name, tmp_path):
     shutil.copytree(path, compiled)
     aotc.compile(compiled)
     loaded = aotc.load(compiled, backend="aoti")
+    assert loaded.backend == "aoti"  # the compiled package, not a fallback to the fx graph
     for b, s in [case.batch_seq, *case.sizes]:
         inputs = case.inputs(b, s)
         with torch.no_grad():
             want = plain_outputs(model(**inputs))
             got = loaded(**inputs)
-        _close(got, want, f"{name} aoti batch {b} seq {s}")
+        _close(got, want, f"{name} aoti batch {b} seq {s}")  # asserts structure and values
 
 
 def test_dynamic_shapes_name_the_models_own_arguments(tmp_path):
