@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import threading
 from typing import Any
 
 import torch
@@ -121,15 +123,31 @@ def onnx_unsupported_ops(graph) -> list[str]:
     })
 
 
-def aoti_package_runner(path: str, device_index: int):
+_TMPDIR_LOCK = threading.Lock()
+
+
+def aoti_package_runner(path: str, device_index: int, workdir: str):
     """An AOTInductor package's `boxed_run`, loaded without torch's Python wrapper.
 
     `torch._inductor.aoti_load_package` first calls `get_device_information`, which picks
     the CPU vector ISA by compiling probe programs (seconds with a cold inductor cache;
     pytorch issue 191715) only to log a warning on mismatch. aotc checks the build
     fingerprint from /proc/cpuinfo instead, so it loads the package directly.
+
+    The loader extracts the package into a fresh `aotinductor_*` directory under
+    $TMPDIR and leaves it there when loading fails; $TMPDIR points at `workdir` while it
+    runs, so the caller can remove whatever it left.
     """
-    loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+    with _TMPDIR_LOCK:
+        previous = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = workdir
+        try:
+            loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+        finally:
+            if previous is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = previous
     return loader.boxed_run
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import shutil
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,14 +12,13 @@ import torch
 
 from aotc.bundle import (
     METADATA,
-    MANIFEST,
     SIGNATURE,
     WEIGHTS,
     Bundle,
+    BundleWriter,
     check_target,
-    file_entry,
+    check_writable,
     staging_dir,
-    write_json,
 )
 from aotc._torch_compat import pytree
 from aotc.capture import MODES, Capture, CaptureOptions, capture
@@ -44,13 +42,14 @@ def mode_for_graphs(graphs: Sequence[str]) -> str:
     )
 
 
-def _write_weights(capture_: Capture, root: Path) -> None:
+def _write_weights(capture_: Capture, writer: BundleWriter) -> None:
     from safetensors.torch import save_file
 
     # safetensors wants contiguous, unshared storage: one copy per name.
     constants = {k: v for graph in capture_.graphs.values() for k, v in graph.constants.items()}
     tensors = {k: v.detach().contiguous().clone() for k, v in (capture_.state | constants).items()}
-    save_file(tensors, str(root / WEIGHTS), metadata={"format": "pt"})
+    save_file(tensors, str(writer.path(WEIGHTS)), metadata={"format": "pt"})
+    writer.add(WEIGHTS, "weights")
 
 
 def export(
@@ -80,6 +79,7 @@ def export(
     """
     out = Path(out)
     check_target(out, force)  # fail before seconds of tracing, not after
+    check_writable(out)
     module = model if isinstance(model, torch.nn.Module) else FunctionModule(model)
     args, kwargs = _split_inputs(example_inputs, "example_inputs")
     mode = mode_for_graphs(graphs)
@@ -116,14 +116,13 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
     names = [u.name for u in captured.user_inputs]
     golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training)
     with staging_dir(out, force) as root:
-        _write_weights(captured, root)
-        save_file({k: v.contiguous() for k, v in golden.items()}, str(root / reference.REFERENCE))
-        entries = [file_entry(root, WEIGHTS, "weights"), file_entry(root, reference.REFERENCE, "reference")]
-        entries += EXPORTERS["fx"].write(captured, root)
+        writer = BundleWriter(root)
+        _write_weights(captured, writer)
+        save_file({k: v.contiguous() for k, v in golden.items()}, str(writer.path(reference.REFERENCE)))
+        writer.add(reference.REFERENCE, "reference")
+        EXPORTERS["fx"].write(captured, writer)
         for rel, src in (assets or {}).items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, root / rel)
-            entries.append(file_entry(root, rel, "hf"))
+            writer.copy(rel, src, "hf")
         signature = Signature(
             in_spec=_dumps(captured.in_spec),
             out_spec=_dumps(captured.out_spec),
@@ -136,8 +135,8 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
         metadata = Metadata(
             training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs
         )
-        write_json(root / SIGNATURE, signature)
-        write_json(root / METADATA, metadata)
+        writer.write_json(SIGNATURE, signature, "signature")
+        writer.write_json(METADATA, metadata, "metadata")
         manifest = Manifest(
             format_version=FORMAT_VERSION,
             aotc_version=__version__,
@@ -147,11 +146,11 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             model=info,
             graph_kinds=list(captured.graphs),
             partitioner=captured.partitioner,
-            files=entries,
+            files=[],  # BundleWriter lists every file it wrote
             tolerances=tolerances,
             generation=generation,
         )
-        write_json(root / MANIFEST, manifest)
+        writer.write_manifest(manifest)
         if captured.small_sizes:
             if on_phase:
                 on_phase("sizes")
@@ -160,7 +159,8 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             flat = pytree.tree_leaves((args, kwargs))
             metadata = check_small_sizes(root, metadata, captured.small_sizes, module, flat, captured.in_spec, names,
                                          mode, loss, captured.training)
-            write_json(root / METADATA, metadata)
+            writer.write_json(METADATA, metadata, "metadata")
+            writer.write_manifest(manifest)
     return Bundle.open(out)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from aotc.bundle import Bundle, file_entry, load_exported_program, update_bundle
+from aotc.bundle import Bundle, BundleWriter, load_exported_program, update_bundle
 from aotc.errors import AotcError
 from aotc.fingerprint import build_fingerprint, cpu_flags
 
@@ -210,21 +210,16 @@ def compile(
     cache = cache if use_cache else None
     from aotc.exporters import aoti
 
-    def add(root: Path) -> list:
-        entries = []
+    def add(writer: BundleWriter) -> None:
         for device in targets:
             for kind in bundle.graph_kinds:
                 rel = aoti.artifact_path(device.type, kind)
-                target = root / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
                 if on_graph:
                     on_graph(kind, device.type, "start")
-                fingerprint, cached = _compile_one(bundle, kind, device, target, cache)
-                entry = file_entry(root, rel, "compiled", graph=kind, device=device.type)
-                entries.append(dataclasses.replace(entry, build=fingerprint))
+                fingerprint, cached = _compile_one(bundle, kind, device, writer.path(rel), cache)
+                writer.add(rel, "compiled", graph=kind, device=device.type, build=fingerprint)
                 if on_graph:
                     on_graph(kind, device.type, "cached" if cached else "compiled")
-        return entries
 
     replaced = {aoti.artifact_path(d.type, k) for d in targets for k in bundle.graph_kinds}
     return update_bundle(bundle, add, replaced)

@@ -16,7 +16,9 @@ from typing import Any, Literal, Union
 
 from aotc.errors import BundleError
 
-FORMAT_VERSION = 1
+# 2: every file is listed and hashed (signature.json and metadata.json too), and the
+# manifest carries a checksum of its own content.
+FORMAT_VERSION = 2
 
 # "prefill" and "decode": the two inference graphs of a generation bundle (aotc.generate)
 GraphKind = Literal["inference", "joint", "forward", "backward", "prefill", "decode"]
@@ -26,6 +28,10 @@ GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
 InputRole = Literal["parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant"]
 OutputRole = Literal[
     "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"
+]
+SlotRole = Literal[
+    "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant",
+    "input_mutation", "user_output", "intermediate_base", "gradient", "loss",
 ]
 MutationTypeName = Literal["NOT_MUTATED", "MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"]
 OutputTypeName = Literal[
@@ -39,7 +45,9 @@ OutputTypeName = Literal[
     "custom_function_view",
 ]
 # "hf": tokenizer, processor and config files of a Hugging Face folder, copied as they are
-FileKind = Literal["weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "other"]
+FileKind = Literal[
+    "signature", "metadata", "weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "other"
+]
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -103,6 +111,8 @@ class Manifest:
     # [rtol, atol] for each entry of reference.safetensors that verify compares
     tolerances: dict[str, list[float]] = field(default_factory=dict)
     generation: GenerationInfo | None = None
+    # sha256 of this manifest's JSON without this field (aotc.bundle.manifest_checksum)
+    checksum: str = ""
 
     def file(self, path: str) -> FileEntry | None:
         return next((f for f in self.files if f.path == path), None)
@@ -121,7 +131,7 @@ class Slot:
     """
 
     name: str
-    role: str
+    role: SlotRole
     target: str | None = None
     index: int | None = None
 

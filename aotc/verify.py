@@ -3,17 +3,21 @@
 Each artifact (fx; aoti for each device present and usable here; onnx) is loaded through
 `aotc.load` and run on the golden inputs of reference.safetensors; its outputs, the
 inputs and buffers after the call, and for training bundles the loss and every gradient
-are compared with the references under the manifest's per-entry tolerances. When the
-model file is at hand, the eager model is rebuilt too and compared with every artifact
-on random inputs within the exported dynamic ranges. Opening the bundle checks every
-hash first, so a tampered file fails before anything runs.
+are compared with the references under the manifest's per-entry tolerances. Given a
+model file (`model=`, the CLI's --model), the eager model is rebuilt too and compared
+with every artifact on random inputs within the exported dynamic ranges; a model path
+recorded in the bundle is never imported, since a bundle must not make aotc run code.
+
+Integrity comes first (`integrity`): every hash, every archive's members, every
+safetensors header and the weights against the metadata, with nothing loaded or run, so
+a tampered file fails before anything runs. `run=False` stops there: the check to make
+on a bundle from someone you do not trust, whose compiled artifacts are native code.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -47,10 +51,39 @@ class Report:
     bundle: str
     checks: list[Check] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    integrity: list[str] = field(default_factory=list)  # files whose content was checked
+    ran: bool = True
 
     @property
     def ok(self) -> bool:
+        if not self.ran:
+            return bool(self.integrity)
         return bool(self.checks) and all(c.passed for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every check passed, 1 otherwise (the CLI's exit status)."""
+        return 0 if self.ok else 1
+
+
+def integrity(bundle: Bundle) -> list[str]:
+    """Check every file of an open bundle without loading or running any of it: archive
+    members of graphs and compiled packages, safetensors headers, the weights against the
+    metadata. Returns the files checked; a problem is a BundleError naming the file."""
+    from aotc.archives import check_compiled_package, check_graph_archive, check_safetensors
+
+    checked = []
+    for entry in bundle.manifest.files:
+        path = bundle.path / entry.path
+        if entry.kind == "graph":
+            check_graph_archive(path)
+        elif entry.kind == "compiled":
+            check_compiled_package(path)
+        elif entry.path.endswith(".safetensors"):
+            check_safetensors(path)
+        checked.append(entry.path)
+    bundle.weights()  # every tensor the graphs take, with its recorded dtype and shape
+    return checked
 
 
 def _mode(bundle: Bundle) -> str:
@@ -127,14 +160,23 @@ def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict,
 
 
 def _golden(bundle: Bundle) -> Tensors:
-    from safetensors.torch import load_file
+    from aotc.archives import load_safetensors
+    from aotc.errors import BundleError
 
     if bundle.manifest.file(REFERENCE) is None:
         raise AotcError(
             f"Bundle '{bundle.path}' has no {REFERENCE} (exported by an older aotc); export it again "
             "to verify it."
         )
-    return load_file(str(bundle.path / REFERENCE))
+    golden = load_safetensors(bundle.path / REFERENCE)
+    for name, meta in zip((u.name for u in bundle.signature.user_inputs), bundle.metadata.user_inputs):
+        t = golden.get(f"input:{name}")
+        if t is None or str(t.dtype).removeprefix("torch.") != meta.dtype or list(t.shape) != meta.shape:
+            raise BundleError(
+                f"{bundle.path}/{REFERENCE}: 'input:{name}' is missing or unlike the input metadata.json "
+                f"records ({meta.dtype} {meta.shape}). The bundle is damaged; export it again."
+            )
+    return golden
 
 
 def _golden_inputs(bundle: Bundle, golden: Tensors):
@@ -148,35 +190,34 @@ def _golden_inputs(bundle: Bundle, golden: Tensors):
 
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
-           samples: int = 0) -> Report:
+           samples: int = 0, run: bool = True, checkpoint: str | None = None) -> Report:
     """Verify every artifact of the bundle at `path`; see the module docstring."""
     bundle = Bundle.open(path)  # hashes first: a tampered bundle fails before anything runs
+    report = Report(str(bundle.path), integrity=integrity(bundle), ran=run)
+    if not run:
+        report.skipped.append("running the artifacts (integrity only)")
+        return report
     golden = _golden(bundle)
     override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5) if (
         rtol is not None or atol is not None) else None
-    report = Report(str(bundle.path))
     found, report.skipped = artifacts(bundle)
     inputs = _golden_inputs(bundle, golden)
     for label, backend, device in found:
         actual = run_artifact(bundle, backend, device, inputs, golden)
         report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
 
-    source = model or bundle.manifest.model.source
-    if samples and source:
-        report.checks += _rebuilt_eager(bundle, source, model is not None, found, samples, override, report)
+    if samples and model:
+        report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override)
     elif samples:
-        report.skipped.append("random samples: the bundle records no model file; pass --model")
+        report.skipped.append("random samples: no model file given (model=, --model)")
     return report
 
 
-def _rebuilt_eager(bundle, source, explicit, found, samples, override, report) -> list[Check]:
+def _rebuilt_eager(bundle, source, checkpoint, found, samples, override) -> list[Check]:
     from aotc.model_file import load_model
     from aotc.runtime.inputs import random_inputs
 
-    if not explicit and not Path(source.split(":")[0]).exists() and ":" not in source:
-        report.skipped.append(f"random samples: model file '{source}' is not here; pass --model")
-        return []
-    spec = load_model(source, checkpoint=bundle.manifest.model.checkpoint)
+    spec = load_model(source, checkpoint=checkpoint)
     model = spec.module
     if bundle.manifest.generation is not None:
         # a generation bundle's graphs are the model over its static KV cache

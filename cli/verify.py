@@ -11,7 +11,11 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 
 @click.command("verify")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--model", help="Model file to rebuild eager from [default: the one recorded in the bundle].")
+@click.option("--model", help="Model file (or pkg.mod:factory) to rebuild eager from, for the random samples. "
+              "A model path recorded in the bundle is never run.")
+@click.option("--checkpoint", help="Weights for --model [default: the model file's CHECKPOINT].")
+@click.option("--no-run", is_flag=True, help="Check integrity only: hashes, archive members, headers, metadata. "
+              "Loads and runs nothing; the check for a bundle you do not trust.")
 @click.option("--atol", type=float, help="Absolute tolerance for every check [default: per entry, from the manifest].")
 @click.option("--rtol", type=float, help="Relative tolerance for every check [default: per entry, from the manifest].")
 @click.option("--samples", default=2, show_default=True,
@@ -20,29 +24,34 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @json_option
 @debug_option
 @handles_errors
-def verify_command(bundle, model, atol, rtol, samples, junit_path, as_json, debug):
+def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, as_json, debug):
     """Run every artifact of BUNDLE (fx, aoti per device, onnx) and compare with eager.
 
-    The golden inputs and eager results in the bundle are always checked; if the model
-    file is at hand, eager is rebuilt and compared on random inputs too. Exit code 0 when
-    every check passes, 1 on any mismatch or a bundle whose hashes do not match.
+    Integrity comes first: every file's hash, archive members, headers and metadata.
+    Then the golden inputs and eager results in the bundle are checked; with --model,
+    eager is rebuilt and compared on random inputs too. Exit code 0 when every check
+    passes, 1 on any mismatch or a damaged bundle. A compiled artifact is native code:
+    check a bundle from someone you do not trust with --no-run, and do not run it.
 
     \b
     Examples:
-      aotc verify bundles/cnn
+      aotc verify bundles/cnn --model sample_models/cnn.py
       aotc verify bundles/mlp-joint --atol 1e-5 --rtol 1e-4 --json --junit report.xml
+      aotc verify downloaded-bundle --no-run
     """
     from aotc.verify import junit_xml, verify
 
     out = console()
     with out.status("verifying..."):
-        report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples)
+        report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples, run=not no_run,
+                        checkpoint=checkpoint)
     if junit_path:
         junit_path.write_text(junit_xml(report))
     if as_json:
         emit_json({
             "bundle": report.bundle,
             "ok": report.ok,
+            "integrity": report.integrity,
             "skipped": report.skipped,
             "checks": [c.__dict__ for c in report.checks],
         })
@@ -55,10 +64,12 @@ def verify_command(bundle, model, atol, rtol, samples, junit_path, as_json, debu
         for c in report.checks:
             result = "[green]pass[/]" if c.passed else f"[red]FAIL[/] {c.note}".strip()
             table.add_row(c.artifact, c.name, f"{c.max_abs:.2e}", f"{c.max_rel:.2e}", f"{c.rtol:g}, {c.atol:g}", result)
-        out.print(table)
+        out.print(f"integrity: {len(report.integrity)} files checked")
+        if report.checks:
+            out.print(table)
         for note in report.skipped:
             out.print(f"skipped {note}")
         failed = sum(not c.passed for c in report.checks)
         out.print(f"{len(report.checks) - failed} passed, {failed} failed")
-    if not report.ok:
-        raise SystemExit(1)
+    if report.exit_code:
+        raise SystemExit(report.exit_code)

@@ -137,6 +137,18 @@ def input_layouts(bundle, kind: str) -> list | None:
 
 
 def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
+    """The compiled graph, loaded only after its archive members and hash check out.
+
+    A compiled package is native code: it is hashed once more right before loading, and
+    whatever the loader extracted is removed when the load fails (and when the graph is
+    garbage collected)."""
+    import shutil
+    import tempfile
+    import weakref
+
+    from aotc.archives import check_compiled_package
+    from aotc.bundle import check_hash
+
     rel = artifact_path(device.type, kind)
     entry = bundle.manifest.file(rel)
     if entry is None:
@@ -147,10 +159,22 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
             + f" Run: aotc compile {bundle.path} --device {device.type}"
         )
     check_fingerprint(entry.build, device, f"'{rel}' in bundle '{bundle.path}'")
+    path = bundle.path / rel
+    check_compiled_package(path)
+    check_hash(bundle.path, entry)
     from aotc._torch_compat import aoti_package_runner
 
     index = device.index if device.index is not None else -1
-    return CompiledGraph(aoti_package_runner(str(bundle.path / rel), index), input_layouts(bundle, kind))
+    workdir = tempfile.mkdtemp(prefix="aotc-load-")
+    try:
+        run = aoti_package_runner(str(path), index, workdir)
+    except Exception as e:
+        shutil.rmtree(workdir, ignore_errors=True)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise BundleError(f"'{path}' could not be loaded as an AOTInductor package ({type(e).__name__}: {first}).") from e
+    graph = CompiledGraph(run, input_layouts(bundle, kind))
+    weakref.finalize(graph, shutil.rmtree, workdir, True)
+    return graph
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from aotc.bundle import file_entry
-from aotc.schema import FileEntry
+from aotc.bundle import BundleWriter
 
 if TYPE_CHECKING:
     from aotc.capture import Capture, CapturedGraph
@@ -34,9 +33,7 @@ def _code(graph: CapturedGraph) -> str:
     return "\n".join(lines + body) + "\n"
 
 
-def write(capture: Capture, root: Path) -> list[FileEntry]:
-    entries = []
-    (root / "graphs").mkdir(parents=True, exist_ok=True)
+def write(capture: Capture, writer: BundleWriter) -> None:
     for kind, graph in capture.graphs.items():
         pt2 = f"graphs/{kind}.pt2"
         py = f"graphs/{kind}.py"
@@ -46,11 +43,10 @@ def write(capture: Capture, root: Path) -> list[FileEntry]:
         graph.program.example_inputs = None
         for node in graph.program.graph.nodes:
             node.meta.pop("stack_trace", None)
-        torch.export.save(graph.program, str(root / pt2))
-        (root / py).write_text(_code(graph))
-        entries.append(file_entry(root, pt2, "graph", graph=kind))
-        entries.append(file_entry(root, py, "graph_code", graph=kind))
-    return entries
+        torch.export.save(graph.program, str(writer.path(pt2)))
+        writer.path(py).write_text(_code(graph), encoding="utf-8")
+        writer.add(pt2, "graph", graph=kind)
+        writer.add(py, "graph_code", graph=kind)
 
 
 def load_graph(bundle, kind: str, device):

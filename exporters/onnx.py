@@ -241,19 +241,15 @@ def has_artifacts(bundle, device: torch.device) -> bool:
 
 def add_to_bundle(path, kinds: list[str] | None = None, opset: int | None = None):
     """Export the bundle's graphs (default: all) to ONNX, in place; returns the new Bundle."""
-    import dataclasses
-
-    from aotc.bundle import Bundle, file_entry, update_bundle
+    from aotc.bundle import Bundle, update_bundle
 
     bundle = Bundle.open(path)
     kinds = kinds or bundle.graph_kinds
 
-    def add(root: Path) -> list:
-        entries = []
+    def add(writer) -> None:
         for kind in kinds:
             rel = artifact_path(kind)
-            build = export_graph(bundle, kind, root / rel, opset)
-            entries.append(dataclasses.replace(file_entry(root, rel, "onnx", graph=kind, device="cpu"), build=build))
-        return entries
+            build = export_graph(bundle, kind, writer.path(rel), opset)
+            writer.add(rel, "onnx", graph=kind, device="cpu", build=build)
 
     return update_bundle(bundle, add, {artifact_path(k) for k in kinds})

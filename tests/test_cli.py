@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import MODE_FLAGS, SAMPLE_NAMES, SAMPLES, invoke
+from conftest import MODE_FLAGS, SAMPLE_NAMES, SAMPLES, invoke, rehash
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
@@ -279,11 +279,9 @@ def test_inspect_malformed_json(sample_bundles, tmp_path):
 
 def test_inspect_newer_format(sample_bundles, tmp_path):
     path = _copy_bundle(sample_bundles[("mlp", "inference")][0], tmp_path / "b")
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["format_version"] = 99
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    rehash(path, lambda m: m.update(format_version=99))
     line = _error(invoke("inspect", path))
-    assert "has format_version 99, newer than this aotc reads (1). Upgrade aotc" in line
+    assert "has format_version 99, newer than this aotc reads (2). Upgrade aotc" in line
 
 
 def test_inspect_schema_violation(sample_bundles, tmp_path):
@@ -291,7 +289,8 @@ def test_inspect_schema_violation(sample_bundles, tmp_path):
     meta = json.loads((path / "metadata.json").read_text())
     meta["programs"]["inference"]["inputs"][0]["mutation_type"] = "SOMETIMES"
     (path / "metadata.json").write_text(json.dumps(meta))
-    line = _error(invoke("inspect", path, "--no-verify"))
+    rehash(path)
+    line = _error(invoke("inspect", path))
     assert "metadata.json.programs.inference.inputs[0].mutation_type: expected one of" in line
 
 

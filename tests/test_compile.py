@@ -10,7 +10,7 @@ import torch
 
 import aotc
 from aotc.errors import BundleError, InputError
-from conftest import fresh_sample, invoke
+from conftest import fresh_sample, invoke, rehash
 
 pytestmark = pytest.mark.slow
 
@@ -115,11 +115,13 @@ def test_load_does_not_probe_the_cpu(sample_bundles, compiled, monkeypatch):
 
 def _tamper_build(src, dst, **changes):
     shutil.copytree(src, dst)
-    manifest = _manifest(dst)
-    for f in manifest["files"]:
-        if f["kind"] == "compiled":
-            f["build"].update(changes)
-    (dst / "manifest.json").write_text(json.dumps(manifest))
+
+    def edit(manifest):
+        for f in manifest["files"]:
+            if f["kind"] == "compiled":
+                f["build"].update(changes)
+
+    rehash(dst, edit)
     return dst
 
 

@@ -99,9 +99,9 @@ def test_text_generation_folder_writes_prefill_and_decode_and_copies_tokenizer(f
 
 
 @pytest.mark.slow
-def test_verify_rebuilds_the_model_over_its_static_cache(gpt2_generation):
+def test_verify_rebuilds_the_model_over_its_static_cache(folders, gpt2_generation):
     out, _ = gpt2_generation
-    result = CliRunner().invoke(cli, ["verify", str(out), "--samples", "2", "--json"])
+    result = CliRunner().invoke(cli, ["verify", str(out), "--samples", "2", "--json", "--model", str(folders["gpt2"])])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert any("vs eager (sample 2)" in c["artifact"] for c in report["checks"])

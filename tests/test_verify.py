@@ -10,15 +10,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from aotc.bundle import sha256_file
-from conftest import MODE_FLAGS, SAMPLE_NAMES, invoke
+from conftest import MODE_FLAGS, SAMPLE_NAMES, invoke, rehash
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
 @pytest.mark.parametrize("mode", list(MODE_FLAGS))
 def test_verify_passes_for_every_sample(sample_bundles, name, mode):
-    path = sample_bundles[(name, mode)][0]
-    result = invoke("verify", path, "--json", "--samples", "1")
+    path, summary = sample_bundles[(name, mode)]
+    result = invoke("verify", path, "--json", "--samples", "1", "--model", summary["source"])
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["ok"]
@@ -41,20 +40,45 @@ def _copy(src, dst):
     return dst
 
 
-def _set_source(path, source):
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["model"]["source"] = source
-    (path / "manifest.json").write_text(json.dumps(manifest))
-
-
-def test_verify_from_golden_references_alone(sample_bundles, tmp_path):
-    path = _copy(sample_bundles[("inplace", "inference")][0], tmp_path / "b")
-    _set_source(path, str(tmp_path / "gone" / "inplace.py"))
-    result = invoke("verify", path, "--json")
+def test_verify_from_golden_references_alone(sample_bundles):
+    result = invoke("verify", sample_bundles[("inplace", "inference")][0], "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] and {c["artifact"] for c in report["checks"]} == {"fx"}
-    assert report["skipped"] == [f"random samples: model file '{tmp_path / 'gone' / 'inplace.py'}' is not here; pass --model"]
+    assert report["skipped"] == ["random samples: no model file given (model=, --model)"]
+
+
+def test_verify_never_runs_the_model_file_a_bundle_names(sample_bundles, tmp_path):
+    # A bundle whose manifest points at a .py inside itself: verify must not import it.
+    path = _copy(sample_bundles[("mlp", "inference")][0], tmp_path / "b")
+    marker = tmp_path / "ran"
+    (path / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+
+    def edit(manifest):
+        manifest["model"]["source"] = str(path / "evil.py")
+        manifest["files"].append({"path": "evil.py", "kind": "other", "size": 0, "sha256": ""})
+
+    rehash(path, edit)
+    result = invoke("verify", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert not marker.exists()
+    assert json.loads(result.stdout)["skipped"] == ["random samples: no model file given (model=, --model)"]
+
+
+def test_verify_no_run_checks_integrity_and_loads_nothing(sample_bundles, compiled, tmp_path, monkeypatch):
+    import aotc
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("--no-run must not load a bundle")
+
+    monkeypatch.setattr(aotc, "load", forbidden)
+    monkeypatch.setattr(torch.export, "load", forbidden)
+    path = sample_bundles[("mlp", "autograd")][0]
+    result = invoke("verify", path, "--no-run", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["checks"] == []
+    assert "compiled/cpu/forward.pt2" in report["integrity"] and "graphs/backward.pt2" in report["integrity"]
 
 
 def test_verify_fails_on_perturbed_weights(sample_bundles, tmp_path):
@@ -62,11 +86,7 @@ def test_verify_fails_on_perturbed_weights(sample_bundles, tmp_path):
     weights = load_file(str(path / "weights.safetensors"))
     weights["fc2.bias"] = weights["fc2.bias"] + 0.01
     save_file(weights, str(path / "weights.safetensors"))
-    manifest = json.loads((path / "manifest.json").read_text())
-    for f in manifest["files"]:  # re-hash: only the numbers differ
-        if f["path"] == "weights.safetensors":
-            f["size"], f["sha256"] = (path / f["path"]).stat().st_size, sha256_file(path / f["path"])
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    rehash(path)  # only the numbers differ
     junit = tmp_path / "report.xml"
     result = invoke("verify", path, "--junit", junit)
     assert result.exit_code == 1

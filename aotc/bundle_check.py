@@ -1,0 +1,269 @@
+"""A bundle's JSON checked against itself, its graphs and its weights, before any use.
+
+The schema (aotc.schema) says each field has the right type; a bundle whose files were
+edited and re-hashed can still be well-typed and wrong: an index past the end of a list,
+a stride that is negative, a dtype torch has never heard of, a slot that names an input
+the graph does not take. The runtime passes these values to `as_strided_`, `view`,
+`copy_` and list indexing, so each is checked here first, and a violation is a
+BundleError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aotc.errors import BundleError
+from aotc.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, TensorMeta
+
+DTYPES = frozenset({
+    "float32", "float64", "float16", "bfloat16", "complex32", "complex64", "complex128",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+})
+_DEVICE = re.compile(r"(cpu|cuda|meta)(:[0-9]{1,3})?")
+# Module attribute names as torch accepts them in an FQN part.
+_FQN_PART = re.compile(r"[A-Za-z0-9_]+")
+_MAX_DIM = 1 << 62
+_INPUT_ROLES = {"parameter", "buffer", "user_input", "synthetic_base", "constant"}
+_OUTPUT_ROLES = {"input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"}
+
+
+class _Where:
+    """Names the file and field of a problem."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def fail(self, file: str, field: str, problem: str):
+        raise BundleError(f"{self.root}/{file}: {field}: {problem}. The bundle is damaged or was edited; "
+                          "export it again.")
+
+
+def _fqn_ok(name: object) -> bool:
+    return isinstance(name, str) and all(_FQN_PART.fullmatch(p) for p in name.split("."))
+
+
+def _index_ok(value: object, length: int) -> bool:
+    return isinstance(value, int) and 0 <= value < length
+
+
+def check_tensor(t: TensorMeta, w: _Where, file: str, field: str) -> None:
+    if t.dtype not in DTYPES:
+        w.fail(file, f"{field}.dtype", f"{t.dtype!r} is not a dtype aotc knows")
+    if not _DEVICE.fullmatch(t.device):
+        w.fail(file, f"{field}.device", f"{t.device!r} is not a device aotc knows")
+    if len(t.shape) != len(t.stride) or len(t.shape) > 64:
+        w.fail(file, field, f"shape {t.shape} and stride {t.stride} do not describe one tensor")
+    if any(not 0 <= n < _MAX_DIM for n in [*t.shape, *t.stride]):
+        w.fail(file, field, f"shape {t.shape} / stride {t.stride} must be non-negative and bounded")
+    for dim, d in t.dynamic_dims.items():
+        if not dim.isdigit() or int(dim) >= len(t.shape):
+            w.fail(file, f"{field}.dynamic_dims", f"{dim!r} is not a dimension of a {len(t.shape)}-d tensor")
+        if d.min < 0 or (d.max is not None and d.max < d.min) or (d.declared_min is not None and d.declared_min < 0):
+            w.fail(file, f"{field}.dynamic_dims.{dim}", f"range [{d.min}, {d.max}] is not a range of sizes")
+    if t.value_range is not None and (len(t.value_range) != 2 or t.value_range[0] > t.value_range[1]):
+        w.fail(file, f"{field}.value_range", f"{t.value_range} is not [min, max]")
+
+
+def _check_geometry(shape, stride, offset, w: _Where, file: str, field: str) -> None:
+    if len(shape) != len(stride) or any(not 0 <= n < _MAX_DIM for n in [*shape, *stride, offset]):
+        w.fail(file, field, f"shape {shape}, stride {stride}, offset {offset} is not a valid layout")
+
+
+def check_consistency(manifest: Manifest, signature: Signature, metadata: Metadata, root: Path) -> None:
+    """Everything the runtime will look up or index, checked to be there and in range."""
+    w = _Where(root)
+    kinds = list(manifest.graph_kinds)
+    if len(set(kinds)) != len(kinds) or not kinds:
+        w.fail("manifest.json", "graph_kinds", f"{kinds} must be distinct and not empty")
+    if set(signature.graphs) != set(kinds):
+        w.fail("signature.json", "graphs", f"has {sorted(signature.graphs)}, the manifest says {kinds}")
+    for kind, sig in signature.graphs.items():
+        if sig.kind != kind:
+            w.fail("signature.json", f"graphs.{kind}.kind", f"says {sig.kind!r}")
+    expected_programs = {k for k in kinds if k != "backward"}
+    if set(metadata.programs) != expected_programs:
+        w.fail("metadata.json", "programs", f"has {sorted(metadata.programs)}, expected {sorted(expected_programs)}")
+    if "backward" in kinds and "forward" not in kinds:
+        w.fail("manifest.json", "graph_kinds", "a backward graph needs its forward graph")
+    for entry in manifest.files:
+        if entry.graph is not None and entry.graph not in kinds:
+            w.fail("manifest.json", f"files[{entry.path}].graph", f"{entry.graph!r} is not a graph of this bundle")
+        if entry.device is not None and not _DEVICE.fullmatch(entry.device):
+            w.fail("manifest.json", f"files[{entry.path}].device", f"{entry.device!r} is not a device")
+
+    num_inputs = len(signature.user_inputs)
+    if len(metadata.user_inputs) != num_inputs:
+        w.fail("metadata.json", "user_inputs", f"{len(metadata.user_inputs)} entries, signature.json has {num_inputs}")
+    for i, t in enumerate(metadata.user_inputs):
+        check_tensor(t, w, "metadata.json", f"user_inputs[{i}]")
+    _check_specs(signature, w)
+    state = set()
+    for kind, program in metadata.programs.items():
+        _check_program_meta(kind, program, signature.graphs[kind], num_inputs, signature.num_user_outputs, w)
+        state |= {i.name for i in program.inputs if i.kind in ("parameter", "buffer")}
+    for alias, target in signature.state_aliases.items():
+        if not _fqn_ok(alias) or target not in state:
+            w.fail("signature.json", f"state_aliases.{alias}", f"{target!r} is not a parameter or buffer")
+    for name in signature.non_persistent_buffers:
+        if name not in state and name not in signature.state_aliases:
+            w.fail("signature.json", "non_persistent_buffers", f"{name!r} is not a buffer")
+    if "backward" in kinds:
+        _check_backward(signature.graphs["forward"], signature.graphs["backward"], w)
+    if "joint" in kinds:
+        _check_joint(signature.graphs["joint"], w)
+
+
+def _check_specs(signature: Signature, w: _Where) -> None:
+    from aotc._torch_compat import pytree
+
+    for field, text, count in (("in_spec", signature.in_spec, len(signature.user_inputs)),
+                               ("out_spec", signature.out_spec, signature.num_user_outputs)):
+        try:
+            spec = pytree.treespec_loads(text)
+        except Exception as e:  # pytree raises whatever its JSON decoding meets
+            w.fail("signature.json", field, f"not a pytree spec ({type(e).__name__}: {e})")
+        if spec.num_leaves != count:
+            w.fail("signature.json", field, f"has {spec.num_leaves} leaves, expected {count}")
+
+
+def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_inputs: int, num_outputs: int,
+                        w: _Where) -> None:
+    file, at = "metadata.json", f"programs.{kind}"
+    slots = [s for s in sig.inputs if s.role != "constant"]
+    if any(s.role not in _INPUT_ROLES for s in sig.inputs) or any(s.role not in _OUTPUT_ROLES for s in sig.outputs):
+        w.fail("signature.json", f"graphs.{kind}", "a slot has a role this graph kind does not take")
+    if sig.inputs[len(slots):] != [s for s in sig.inputs if s.role == "constant"]:
+        w.fail("signature.json", f"graphs.{kind}.inputs", "constants must be the last inputs")
+    if len(slots) != len(meta.inputs):
+        w.fail(file, f"{at}.inputs", f"{len(meta.inputs)} entries, the graph takes {len(slots)} inputs")
+    for i, (slot, info) in enumerate(zip(slots, meta.inputs)):
+        where = f"{at}.inputs[{i}]"
+        if slot.name != info.name or slot.role != info.kind:
+            w.fail(file, where, f"{info.kind} {info.name!r} is {slot.role} {slot.name!r} in signature.json")
+        if info.kind in ("parameter", "buffer") and not (_fqn_ok(info.name) and slot.target == info.name):
+            w.fail(file, f"{where}.name", f"{info.name!r} is not a parameter or buffer name")
+        if info.kind in ("user_input", "synthetic_base") and not _index_ok(slot.index, num_inputs):
+            w.fail("signature.json", f"graphs.{kind}.inputs[{i}].index", f"{slot.index} is not a user input")
+        if info.tensor is not None:
+            check_tensor(info.tensor, w, file, f"{where}.tensor")
+        if info.layout_after is not None:
+            lay = info.layout_after
+            _check_geometry(lay.shape, lay.stride, lay.storage_offset, w, file, f"{where}.layout_after")
+        if info.mutation_type == "MUTATED_OUT_GRAPH" and f"mutated:{slot.name}" not in {s.name for s in sig.outputs}:
+            w.fail(file, f"{where}.mutation_type", f"the graph returns no new value for {slot.name!r}")
+    for s in sig.inputs:
+        if s.role == "constant" and not isinstance(s.target, str):
+            w.fail("signature.json", f"graphs.{kind}.inputs", f"constant {s.name!r} names no stored tensor")
+    names = [s.name for s in sig.outputs]
+    if len(set(names)) != len(names):
+        w.fail("signature.json", f"graphs.{kind}.outputs", "two outputs have one name")
+    user = {s.index for s in sig.outputs if s.role in ("user_output", "loss")}
+    bases = sum(s.role == "intermediate_base" for s in sig.outputs)
+    for s in sig.outputs:
+        if s.name.startswith("mutated_metadata:") and not _index_ok(s.index, num_inputs):
+            w.fail("signature.json", f"graphs.{kind}.outputs.{s.name}", f"index {s.index} is not a user input")
+    if bases != meta.num_intermediate_bases:
+        w.fail(file, f"{at}.num_intermediate_bases", f"{meta.num_intermediate_bases}, the graph returns {bases}")
+    count = len(meta.outputs)
+    if kind in ("inference", "forward", "prefill", "decode") and count != num_outputs:
+        w.fail(file, f"{at}.outputs", f"{count} entries, the model returns {num_outputs}")
+    for j, o in enumerate(meta.outputs):
+        where = f"{at}.outputs[{j}]"
+        if o.index not in user:
+            w.fail(file, f"{where}.index", f"{o.index} is not a user output of the graph")
+        limit = {"is_input": len(meta.inputs), "alias_of_input": len(meta.inputs),
+                 "alias_of_intermediate_base_is_user_output": count}.get(o.output_type)
+        if limit is None and o.output_type.startswith("alias_of_intermediate"):
+            limit = bases
+        if limit is not None and not _index_ok(o.base_idx, limit):
+            w.fail(file, f"{where}.base_idx", f"{o.base_idx} is not a valid base for {o.output_type}")
+        for field, value in (("same_as_output", o.same_as_output), ("view_of_output", o.view_of_output)):
+            if value is not None and (not _index_ok(value, count) or value == j):
+                w.fail(file, f"{where}.{field}", f"{value} is not another output")
+        if o.view_offset is not None and not 0 <= o.view_offset < _MAX_DIM:
+            w.fail(file, f"{where}.view_offset", f"{o.view_offset} is not an offset")
+        if o.tensor is not None:
+            check_tensor(o.tensor, w, file, f"{where}.tensor")
+    for key, value in meta.outputs_same_as_inputs.items():
+        if not key.isdigit() or int(key) >= count or not _index_ok(value, num_inputs):
+            w.fail(file, f"{at}.outputs_same_as_inputs.{key}", f"{value} pairs no output with a user input")
+    for key, value in meta.duplicate_user_inputs.items():
+        if not key.isdigit() or int(key) >= num_inputs or not _index_ok(value, int(key)):
+            w.fail(file, f"{at}.duplicate_user_inputs.{key}", f"{value} is not an earlier user input")
+    if any(not _index_ok(i, num_inputs) for i in meta.inputs_set_requires_grad):
+        w.fail(file, f"{at}.inputs_set_requires_grad", f"{meta.inputs_set_requires_grad} are not user inputs")
+    for g, group in enumerate(meta.aliased_inputs):
+        for m in [*group.members, *([group.base] if group.base else [])]:
+            if not _index_ok(m.input, num_inputs):
+                w.fail(file, f"{at}.aliased_inputs[{g}]", f"input {m.input} is not a user input")
+            _check_geometry(m.shape, m.stride, m.storage_offset, w, file, f"{at}.aliased_inputs[{g}]")
+        if group.synthetic_base is not None and group.base is None:
+            w.fail(file, f"{at}.aliased_inputs[{g}].base", "a synthetic base needs its layout")
+
+
+def _check_backward(fw: GraphSignature, bw: GraphSignature, w: _Where) -> None:
+    fw_out = {s.name for s in fw.outputs}
+    saved = sum(s.role == "saved" for s in fw.outputs)
+    primals = {s.name for s in fw.inputs}
+    for i, s in enumerate(bw.inputs):
+        ok = (s.role == "saved" and _index_ok(s.index, saved)) or (s.role == "tangent" and s.target in fw_out)
+        if not ok:
+            w.fail("signature.json", f"graphs.backward.inputs[{i}]", f"{s.name!r} is not a saved value or tangent")
+    for i, s in enumerate(bw.outputs):
+        if s.role != "gradient" or s.name.removeprefix("grad:") not in primals:
+            w.fail("signature.json", f"graphs.backward.outputs[{i}]", f"{s.name!r} is not a gradient of an input")
+
+
+def _check_joint(sig: GraphSignature, w: _Where) -> None:
+    primals = {s.name for s in sig.inputs}
+    for s in sig.outputs:
+        if s.role == "gradient" and s.name.removeprefix("grad:") not in primals:
+            w.fail("signature.json", f"graphs.joint.outputs.{s.name}", "is not a gradient of an input")
+
+
+def check_program(bundle, kind: str, program) -> None:
+    """The loaded ExportedProgram takes and returns what signature.json says, with the
+    dtypes and ranks metadata.json records."""
+    w = _Where(bundle.path)
+    graph = program.graph_module.graph
+    placeholders = graph.find_nodes(op="placeholder")
+    sig = bundle.signature.graphs[kind]
+    (output,) = graph.find_nodes(op="output") or [None]
+    returned = output.args[0] if output is not None else None
+    if len(placeholders) != len(sig.inputs) or not isinstance(returned, (tuple, list)) or len(returned) != len(sig.outputs):
+        w.fail(f"graphs/{kind}.pt2", "graph", f"takes {len(placeholders)} inputs and returns "
+               f"{len(returned) if isinstance(returned, (tuple, list)) else '?'}; signature.json says "
+               f"{len(sig.inputs)} and {len(sig.outputs)}")
+    meta = bundle.metadata.programs.get(kind)
+    if meta is None:
+        return
+    for i, (node, info) in enumerate(zip(placeholders, meta.inputs)):
+        val = node.meta.get("val")
+        if info.tensor is None or val is None or not hasattr(val, "dtype"):
+            continue
+        if str(val.dtype).removeprefix("torch.") != info.tensor.dtype or val.dim() != len(info.tensor.shape):
+            w.fail(f"graphs/{kind}.pt2", f"input {i} ({info.name})",
+                   f"{val.dtype} {val.dim()}-d, metadata.json says {info.tensor.dtype} {len(info.tensor.shape)}-d")
+
+
+def check_weights(bundle, tensors: dict) -> None:
+    """weights.safetensors holds every parameter, buffer and constant the graphs take,
+    each with the dtype and shape metadata.json records."""
+    w = _Where(bundle.path)
+    for kind, program in bundle.metadata.programs.items():
+        for info in program.inputs:
+            if info.kind not in ("parameter", "buffer"):
+                continue
+            t = tensors.get(info.name)
+            if t is None:
+                w.fail("weights.safetensors", info.name, f"missing; the {kind} graph takes it")
+            m = info.tensor
+            if m is not None and (str(t.dtype).removeprefix("torch.") != m.dtype or list(t.shape) != m.shape):
+                w.fail("weights.safetensors", info.name, f"{t.dtype} {list(t.shape)}, metadata.json says "
+                       f"{m.dtype} {m.shape}")
+    for kind, sig in bundle.signature.graphs.items():
+        for s in sig.inputs:
+            if s.role == "constant" and s.target not in tensors:
+                w.fail("weights.safetensors", str(s.target), f"missing; the {kind} graph takes it as a constant")
