@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench fuzz clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.
+N ?= 10000
+SEED ?= 0
+fuzz: install
+	$(PY) tests/fuzz.py --trials $(N) --seed $(SEED)
 
 bench: install
 	$(PY) -m pip install -q matplotlib

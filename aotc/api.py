@@ -108,7 +108,7 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
     for the example inputs, and check the small sizes of its dynamic dims."""
     if on_phase:
         on_phase("write")
-    from aotc.exporters import EXPORTERS
+    from aotc import formats
 
     from aotc import reference
     from safetensors.torch import save_file
@@ -120,7 +120,7 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
         _write_weights(captured, writer)
         save_file({k: v.contiguous() for k, v in golden.items()}, str(writer.path(reference.REFERENCE)))
         writer.add(reference.REFERENCE, "reference")
-        EXPORTERS["fx"].write(captured, writer)
+        formats.get("fx").write(captured, writer)
         for rel, src in (assets or {}).items():
             writer.copy(rel, src, "hf")
         signature = Signature(

@@ -60,7 +60,9 @@ def _child(spec: dict) -> None:
 
     torch.set_num_threads(spec["threads"])
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
-    device = torch.device(spec["device"])
+    from aotc.devices import resolve_device
+
+    device = resolve_device(spec["device"])
     train = spec["train"]
     joint = "joint" in bundle.graph_kinds
     loss_fn = None

@@ -255,11 +255,17 @@ def load_exported_program(path: Path):
     line, TORCH_FORCE_WEIGHTS_ONLY_LOAD turns torch.export.load's `torch.load` fallback
     into an error.
     """
+    import logging
+
     import torch
 
     check_graph_archive(path)
     previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    # torch.export.load logs a traceback before raising; aotc's error says it in one line
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
     try:
         return torch.export.load(str(path))
     except Exception as e:
@@ -268,6 +274,7 @@ def load_exported_program(path: Path):
             f"{str(e).splitlines()[0] if str(e) else ''}). aotc never unpickles objects from a bundle."
         ) from e
     finally:
+        log.setLevel(level)
         if previous is None:
             del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
         else:

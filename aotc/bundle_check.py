@@ -10,6 +10,7 @@ BundleError naming the file and the field.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -92,6 +93,14 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
             w.fail("manifest.json", f"files[{entry.path}].graph", f"{entry.graph!r} is not a graph of this bundle")
         if entry.device is not None and not _DEVICE.fullmatch(entry.device):
             w.fail("manifest.json", f"files[{entry.path}].device", f"{entry.device!r} is not a device")
+
+    for name, tol in manifest.tolerances.items():
+        if len(tol) != 2 or not all(math.isfinite(t) and t >= 0 for t in tol):
+            w.fail("manifest.json", f"tolerances.{name}", f"{tol} is not [rtol, atol], both finite and >= 0")
+    g = manifest.generation
+    if g is not None and (g.batch_size < 1 or g.max_cache_len < 1 or any(t < 0 for t in g.eos_token_ids)
+                          or (g.pad_token_id is not None and g.pad_token_id < 0)):
+        w.fail("manifest.json", "generation", "batch size, cache length and token ids must be positive")
 
     num_inputs = len(signature.user_inputs)
     if len(metadata.user_inputs) != num_inputs:

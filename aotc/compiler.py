@@ -1,5 +1,8 @@
 """`aotc.compile`: add AOTInductor artifacts to a bundle, reusing earlier results.
 
+(The compiling itself is the `aoti` format's, exporters/aoti.py; this module holds the
+cache and the checks a compiled graph needs.)
+
 Every graph kind in the bundle is compiled for each asked device into
 `compiled/<device>/<kind>.pt2`, listed in the manifest with its size, sha256 and build
 fingerprint. Results are cached under a content hash of the graph, the compile options,
@@ -11,80 +14,24 @@ manifest, then replaces the bundle.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from aotc.bundle import Bundle, BundleWriter, load_exported_program, update_bundle
+from aotc.bundle import Bundle, load_exported_program
 from aotc.errors import AotcError
 from aotc.fingerprint import build_fingerprint, cpu_flags
-
-# on_graph(kind, device, event) with event "start", "compiled" or "cached"
-GraphCallback = Callable[[str, str, str], None]
+from aotc.formats import GraphCallback
 
 
 def default_cache_dir() -> Path:
     env = os.environ.get("AOTC_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "aotc"
-
-
-def resolve_device(name: str | torch.device) -> torch.device:
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise AotcError("--device cuda was asked for, but no CUDA device was found (torch.cuda.is_available() is False).")
-    if device.type not in ("cpu", "cuda"):
-        raise AotcError(f"device '{name}' is not supported; use cpu or cuda.")
-    return device
-
-
-def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> list:
-    """Inputs for one graph, shaped like the export's: weights from the bundle, random user
-    inputs, and for the backward graph real saved activations from running the forward."""
-    from aotc._torch_compat import pytree
-    from aotc.aliasing import synthetic_base
-    from aotc.runtime.inputs import random_inputs
-
-    weights = bundle.weights()
-    in_spec = pytree.treespec_loads(bundle.signature.in_spec)
-    user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0))
-    # a graph with static user inputs where the bundle's are dynamic (decode) gets them cut to size
-    program = bundle.metadata.programs.get("forward" if kind == "backward" else kind)
-    fixed = {i.name: i.tensor.shape for i in program.inputs if i.kind == "user_input" and i.tensor
-             and not i.tensor.dynamic_dims} if program else {}
-    for k, u in enumerate(bundle.signature.user_inputs):
-        if u.name in fixed and list(user[k].shape) != fixed[u.name]:
-            user[k] = user[k][tuple(slice(0, n) for n in fixed[u.name])].clone()
-
-    def primals(sig) -> list:
-        return [
-            weights[s.target] if s.role in ("parameter", "buffer", "constant")
-            else synthetic_base(user[s.index]) if s.role == "synthetic_base"
-            else user[s.index]
-            for s in sig.inputs
-        ]
-
-    sig = bundle.signature.graphs[kind]
-    if kind != "backward":
-        values = primals(sig)
-    else:
-        fw_sig = bundle.signature.graphs["forward"]
-        forward = load_exported_program(bundle.graph_path("forward")).graph_module
-        with torch.no_grad():
-            outs = dict(zip([s.name for s in fw_sig.outputs], forward(*primals(fw_sig))))
-        values = [
-            outs[s.name] if s.role == "saved"
-            else weights[s.target] if s.role == "constant"
-            else torch.ones(outs[s.target].shape, dtype=outs[s.target].dtype)
-            for s in sig.inputs
-        ]
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def graph_content_hash(path: Path) -> str:
@@ -164,16 +111,17 @@ def check_layouts_static(bundle: Bundle, kind: str) -> None:
             )
 
 
-def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> tuple[dict, bool]:
-    """Compile (or fetch from cache) one graph into `target`; returns (fingerprint, cached)."""
-    from aotc.exporters import aoti
+def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path, cache: Path | None,
+                   compile_graph, options: dict) -> tuple[dict, bool]:
+    """Compile one graph into `target` with `compile_graph(program, example_inputs, target)`,
+    or copy an identical earlier result from `cache`; returns (fingerprint, cached)."""
+    from aotc.graph_inputs import example_graph_inputs
 
     check_layouts_static(bundle, kind)
-
-    key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, aoti.COMPILE_OPTIONS)
+    key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, options)
     if cache is not None:
         cached, meta = cache / f"{key}.pt2", cache / f"{key}.json"
-        if cached.is_file() and meta.is_file() and aoti.package_problem(cached) is None:
+        if cached.is_file() and meta.is_file() and package_problem(cached) is None:
             shutil.copyfile(cached, target)
             return json.loads(meta.read_text()), True
 
@@ -182,7 +130,7 @@ def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, 
         from torch.export.passes import move_to_device_pass
 
         program = move_to_device_pass(program, device)
-    aoti.compile_graph(program, example_graph_inputs(bundle, kind, device), target)
+    compile_graph(program, example_graph_inputs(bundle, kind, device), target)
     fingerprint = build_fingerprint(device)
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
@@ -195,6 +143,20 @@ def _compile_one(bundle: Bundle, kind: str, device: torch.device, target: Path, 
     return fingerprint, False
 
 
+def package_problem(path: Path) -> str | None:
+    """What is wrong with an AOTInductor package's metadata files, or None."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.endswith(".json"):
+                    json.loads(archive.read(name) or b"?")
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        return f"{type(e).__name__} in {path.name}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
 def compile(
     path: str | Path,
     devices=("cpu",),
@@ -204,22 +166,7 @@ def compile(
     on_graph: GraphCallback | None = None,
 ) -> Bundle:
     """Compile every graph of the bundle at `path` for each device; returns the new Bundle."""
-    bundle = Bundle.open(path)
-    targets = [resolve_device(d) for d in devices]
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    cache = cache if use_cache else None
-    from aotc.exporters import aoti
+    from aotc.formats import BuildOptions, add_artifacts
 
-    def add(writer: BundleWriter) -> None:
-        for device in targets:
-            for kind in bundle.graph_kinds:
-                rel = aoti.artifact_path(device.type, kind)
-                if on_graph:
-                    on_graph(kind, device.type, "start")
-                fingerprint, cached = _compile_one(bundle, kind, device, writer.path(rel), cache)
-                writer.add(rel, "compiled", graph=kind, device=device.type, build=fingerprint)
-                if on_graph:
-                    on_graph(kind, device.type, "cached" if cached else "compiled")
-
-    replaced = {aoti.artifact_path(d.type, k) for d in targets for k in bundle.graph_kinds}
-    return update_bundle(bundle, add, replaced)
+    options = BuildOptions(cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), use_cache=use_cache)
+    return add_artifacts(path, "aoti", devices, options=options, on_graph=on_graph)

@@ -39,3 +39,16 @@ class InputError(AotcError):
 
 class ModeError(AotcError):
     """A loaded bundle was asked for something its graphs cannot do (e.g. eval on a training bundle)."""
+
+
+class GraphRunError(AotcError):
+    """A loaded bundle's graph failed at run time on inputs that passed the signature
+    checks, e.g. a token id past the end of an embedding table."""
+
+
+class DeviceError(AotcError):
+    """A device that is not a device name, not supported, or not present here."""
+
+
+class MissingDependencyError(AotcError):
+    """An optional dependency is not installed; the message names the extra to install."""

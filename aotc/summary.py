@@ -21,24 +21,15 @@ def op_histogram(code: str) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def _safetensors_header(path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (dtypes, shapes), without reading tensors."""
-    import json
-    import struct
-
-    with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(length))
-
-
 def constants(bundle: Bundle) -> list[dict[str, Any]]:
     """Tensors made inside forward that the graphs take as inputs (stored with the weights)."""
     slots = {s.target: kind for kind, sig in bundle.signature.graphs.items() for s in sig.inputs if s.role == "constant"}
     if not slots:
         return []
+    from aotc.archives import check_safetensors
     from aotc.bundle import WEIGHTS
 
-    header = _safetensors_header(bundle.path / WEIGHTS)
+    header = check_safetensors(bundle.path / WEIGHTS)  # dtypes and shapes, without reading tensors
     return [
         {"name": name, "graph": kind, "dtype": header.get(name, {}).get("dtype"), "shape": header.get(name, {}).get("shape")}
         for name, kind in slots.items()

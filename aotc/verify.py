@@ -25,7 +25,8 @@ from aotc._torch_compat import pytree
 from aotc.aliasing import realias
 from aotc.bundle import Bundle
 from aotc.errors import AotcError
-from aotc.reference import REFERENCE, backward_with_seeded_grads, clone_tree, run_eager, tolerance
+from aotc.observe import input_key, is_input_entry, observe
+from aotc.reference import REFERENCE, run_eager, tolerance
 
 Tensors = dict[str, torch.Tensor]
 
@@ -117,30 +118,14 @@ def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tens
     mode = _mode(bundle)
     module = aotc.load(bundle.path, backend=backend, device=device, mode="eval" if mode == "inference" else "train")
     names = [u.name for u in bundle.signature.user_inputs]
-    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), clone_tree(inputs))
-    flat = pytree.tree_leaves((args, kwargs))
-    torch.manual_seed(0)
-    seen: Tensors = {}
-    outputs: list = []
-    if mode == "inference":
-        with torch.no_grad():
-            outputs = pytree.tree_leaves(module(*args, **kwargs))
-    elif mode == "joint":
-        seen["loss"] = module.train_step(*args, **kwargs)
-    else:
-        outputs = pytree.tree_leaves(module(*args, **kwargs))
-        backward_with_seeded_grads(outputs, 0, given=given)
-    seen |= {f"output[{i}]": o for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)}
-    seen |= {f"after:{n}": t for n, t in zip(names, flat)}
-    seen |= {f"buffer:{k}": b for k, b in module.named_buffers()}
-    seen |= {f"grad:{k}": p.grad for k, p in module.named_parameters() if p.grad is not None}
-    return {k: v.detach().cpu() for k, v in seen.items()}
+    args, kwargs = inputs
+    return observe(module, args, kwargs, names, mode, grad_seed=0, given=given, device=device)
 
 
 def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict, override) -> list[Check]:
     checks = []
     for name, want in expected.items():
-        if name.startswith(("input:", "grad_output")):
+        if is_input_entry(name):
             continue
         rtol, atol = override if override else tolerances.get(name, tolerance(want))
         got = actual.get(name)
@@ -170,7 +155,7 @@ def _golden(bundle: Bundle) -> Tensors:
         )
     golden = load_safetensors(bundle.path / REFERENCE)
     for name, meta in zip((u.name for u in bundle.signature.user_inputs), bundle.metadata.user_inputs):
-        t = golden.get(f"input:{name}")
+        t = golden.get(input_key(name))
         if t is None or str(t.dtype).removeprefix("torch.") != meta.dtype or list(t.shape) != meta.shape:
             raise BundleError(
                 f"{bundle.path}/{REFERENCE}: 'input:{name}' is missing or unlike the input metadata.json "
@@ -181,7 +166,7 @@ def _golden(bundle: Bundle) -> Tensors:
 
 def _golden_inputs(bundle: Bundle, golden: Tensors):
     names = [u.name for u in bundle.signature.user_inputs]
-    flat = [golden[f"input:{n}"] for n in names]
+    flat = [golden[input_key(n)] for n in names]
     program = next(iter(bundle.metadata.programs.values()))
     for dup, first in program.duplicate_user_inputs.items():
         flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again

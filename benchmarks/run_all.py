@@ -25,7 +25,7 @@ MODELS = ["mlp", "cnn", "tiny_transformer", "inplace", "classifier"]
 TORCH_AOTI = r"""
 import sys, time, torch
 from aotc.bundle import Bundle, load_exported_program
-from aotc.compiler import example_graph_inputs
+from aotc.graph_inputs import example_graph_inputs
 from aotc.exporters.aoti import COMPILE_OPTIONS
 bundle = Bundle.open(sys.argv[1])
 ep = load_exported_program(bundle.graph_path("inference"))

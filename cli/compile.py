@@ -43,7 +43,8 @@ def compile_command(target, devices, cache_dir, no_cache, output, joint, autogra
     """
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from aotc.compiler import compile as compile_bundle, resolve_device
+    from aotc.compiler import compile as compile_bundle
+    from aotc.devices import resolve_device
 
     for d in devices:
         resolve_device(d)  # fail before exporting

@@ -149,8 +149,10 @@ def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, p
 
     t0 = time.perf_counter()
     if "joint" in info.graph_kinds:
-        result = {"loss": module.train_step(*args, **kwargs)}
-        result |= {f"grad:{n}": p.grad for n, p in module.named_parameters() if p.grad is not None}
+        from aotc.observe import LOSS, grad_key
+
+        result = {LOSS: module.train_step(*args, **kwargs)}
+        result |= {grad_key(n): p.grad for n, p in module.named_parameters() if p.grad is not None}
     else:
         with torch.no_grad():
             out = module(*args, **kwargs)

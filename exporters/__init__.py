@@ -1,19 +1,7 @@
-"""Artifact formats. Each module here exposes the same functions:
+"""Artifact formats, one module each: fx (the captured graphs), aoti (AOTInductor
+packages), onnx (ONNX models run by onnxruntime).
 
-    FORMAT: str                                     the name used on the command line
-    load_graph(bundle, kind, device) -> callable    a graph as a function of flat tensors
-
-and, by what they produce: `write(capture, root)` (fx: written at export),
-`compile_graph(program, example_inputs, path)` (aoti: compiled from the fx graph) or
-`export_graph(bundle, kind, path)` (onnx: translated from the fx graph).
-
-Adding a format means adding one module and one line in `EXPORTERS`.
+Each module has the members of `aotc.formats.Format` (FORMAT, FILE_KIND,
+artifact_path, has_artifacts, load_graph, build); aotc finds them through the registry
+in aotc/formats.py, never by importing this package.
 """
-
-from __future__ import annotations
-
-from aotc.exporters import aoti, fx, onnx
-
-EXPORTERS = {fx.FORMAT: fx, aoti.FORMAT: aoti, onnx.FORMAT: onnx}
-
-__all__ = ["EXPORTERS"]

@@ -12,9 +12,11 @@ from pathlib import Path
 import torch
 
 from aotc.errors import AotcError, BundleError
+from aotc.formats import BuildOptions, Built
 from aotc.fingerprint import check_fingerprint
 
 FORMAT = "aoti"
+FILE_KIND = "compiled"
 
 # Inductor options that shape the artifact; part of the compile cache key.
 # fallback_random: random ops (dropout) call eager's kernels, so under the same seed a
@@ -22,8 +24,17 @@ FORMAT = "aoti"
 COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True}
 
 
-def artifact_path(device: str, kind: str) -> str:
+def artifact_path(kind: str, device: str) -> str:
     return f"compiled/{device}/{kind}.pt2"
+
+
+def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
+    """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
+    compile from options.cache_dir)."""
+    from aotc.compiler import compile_cached
+    cache = options.cache_dir if options.use_cache else None
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
+    return Built(fingerprint, cached)
 
 
 def _copy_views_of_inputs(program) -> None:
@@ -67,6 +78,8 @@ def compile_graph(program, example_inputs: list, package_path: Path) -> None:
     import torch
     from torch._inductor import aoti_compile_and_package
 
+    from aotc.compiler import package_problem
+
     _copy_views_of_inputs(program)
     program.example_inputs = (tuple(example_inputs), {})
     try:
@@ -85,21 +98,6 @@ def compile_graph(program, example_inputs: list, package_path: Path) -> None:
         raise AotcError(f"AOTInductor could not compile the graph: {type(e).__name__}: {first}") from e
     finally:
         program.example_inputs = None
-
-
-def package_problem(path: Path) -> str | None:
-    """What is wrong with an AOTInductor package's metadata files, or None."""
-    import json
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for name in archive.namelist():
-                if name.endswith(".json"):
-                    json.loads(archive.read(name) or b"?")
-    except (zipfile.BadZipFile, OSError, ValueError) as e:
-        return f"{type(e).__name__} in {path.name}: {str(e).splitlines()[0] if str(e) else ''}"
-    return None
 
 
 class CompiledGraph:
@@ -149,7 +147,7 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     from aotc.archives import check_compiled_package
     from aotc.bundle import check_hash
 
-    rel = artifact_path(device.type, kind)
+    rel = artifact_path(kind, device.type)
     entry = bundle.manifest.file(rel)
     if entry is None:
         have = sorted({f.device for f in bundle.manifest.files if f.kind == "compiled"})
@@ -178,4 +176,4 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:
-    return all(bundle.manifest.file(artifact_path(device.type, k)) is not None for k in bundle.graph_kinds)
+    return all(bundle.manifest.file(artifact_path(k, device.type)) is not None for k in bundle.graph_kinds)

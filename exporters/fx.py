@@ -18,6 +18,22 @@ if TYPE_CHECKING:
     from aotc.capture import Capture, CapturedGraph
 
 FORMAT = "fx"
+FILE_KIND = "graph"
+
+
+def artifact_path(kind: str, device: str = "cpu") -> str:
+    """The graph of every device (moved to the device at load)."""
+    return f"graphs/{kind}.pt2"
+
+
+def has_artifacts(bundle, device) -> bool:
+    return True  # every bundle has its fx graphs
+
+
+def build(bundle, kind: str, device, target: Path, options):
+    from aotc.errors import AotcError
+
+    raise AotcError("fx graphs are written at export, from the captured model; they are not built from a bundle.")
 
 
 def _code(graph: CapturedGraph) -> str:
@@ -35,7 +51,7 @@ def _code(graph: CapturedGraph) -> str:
 
 def write(capture: Capture, writer: BundleWriter) -> None:
     for kind, graph in capture.graphs.items():
-        pt2 = f"graphs/{kind}.pt2"
+        pt2 = artifact_path(kind)
         py = f"graphs/{kind}.py"
         # Example inputs would be pickled into the archive; the bundle keeps none. Stack
         # traces name this machine's paths and tracing counters: dropping them keeps the

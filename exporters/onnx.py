@@ -22,8 +22,10 @@ from pathlib import Path
 import torch
 
 from aotc.errors import AotcError, BundleError
+from aotc.formats import BuildOptions, Built
 
 FORMAT = "onnx"
+FILE_KIND = "onnx"
 DEFAULT_OPSET = 18
 
 
@@ -64,8 +66,13 @@ def onnx_ready(program):
     return program.run_decompositions(table) if table else program
 
 
-def artifact_path(kind: str) -> str:
+def artifact_path(kind: str, device: str = "cpu") -> str:
+    """One ONNX model per graph, for any device (onnxruntime picks the provider)."""
     return f"onnx/{kind}.onnx"
+
+
+def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
+    return Built(export_graph(bundle, kind, target, options.opset))
 
 
 def onnx_names(slot_names: list[str]) -> list[str]:
@@ -88,7 +95,11 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
 
     from aotc import _torch_compat as tc
     from aotc.bundle import load_exported_program
-    from aotc.compiler import example_graph_inputs
+    from aotc.graph_inputs import example_graph_inputs
+    from aotc.extras import require
+
+    for module in ("onnx", "onnxscript", "onnxruntime"):
+        require(module, "onnx", "Exporting to ONNX")
 
     program = load_exported_program(bundle.graph_path(kind))
     random_ops = sorted({
@@ -224,14 +235,22 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         raise BundleError(
             f"Bundle '{bundle.path}' has no ONNX {kind} graph. Run: aotc compile {bundle.path} --onnx"
         )
-    import onnxruntime as ort
+    from aotc.bundle import check_hash
+    from aotc.extras import require
 
+    ort = require("onnxruntime", "onnx", "backend='onnx'")
     providers = ["CPUExecutionProvider"]
     if device.type == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise BundleError("onnxruntime has no CUDA execution provider here; use device='cpu' for backend='onnx'.")
         providers.insert(0, "CUDAExecutionProvider")
-    session = ort.InferenceSession(str(bundle.path / rel), providers=providers)
+    check_hash(bundle.path, bundle.manifest.file(rel))
+    try:
+        session = ort.InferenceSession(str(bundle.path / rel), providers=providers)
+    except Exception as e:  # onnxruntime's own exception classes (InvalidProtobuf, Fail, ...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise BundleError(f"'{bundle.path / rel}' is not an ONNX model onnxruntime can load "
+                          f"({type(e).__name__}: {first}).") from e
     return OnnxGraph(session, _static_strides(bundle, kind))
 
 
@@ -241,15 +260,6 @@ def has_artifacts(bundle, device: torch.device) -> bool:
 
 def add_to_bundle(path, kinds: list[str] | None = None, opset: int | None = None):
     """Export the bundle's graphs (default: all) to ONNX, in place; returns the new Bundle."""
-    from aotc.bundle import Bundle, update_bundle
+    from aotc.formats import BuildOptions, add_artifacts
 
-    bundle = Bundle.open(path)
-    kinds = kinds or bundle.graph_kinds
-
-    def add(writer) -> None:
-        for kind in kinds:
-            rel = artifact_path(kind)
-            build = export_graph(bundle, kind, writer.path(rel), opset)
-            writer.add(rel, "onnx", graph=kind, device="cpu", build=build)
-
-    return update_bundle(bundle, add, {artifact_path(k) for k in kinds})
+    return add_artifacts(path, FORMAT, ("cpu",), kinds, BuildOptions(opset=opset))

@@ -108,13 +108,14 @@ def compare(actual: Observation, expected: Observation, name: str, tol: dict) ->
     """Assert that the bundle's call (`actual`) left what eager's (`expected`) left."""
     assert actual.grad_mode == expected.grad_mode, f"{name}: grad mode after the call differs from eager"
     assert len(actual.outputs) == len(expected.outputs), f"{name}: number of outputs"
-    for i, (a, e) in enumerate(zip(actual.outputs, expected.outputs)):
+    for i, (a, e) in enumerate(zip(actual.outputs, expected.outputs, strict=True)):
         _tensor(a, e, f"{name} output {i}", tol)
-    for i, (a, e) in enumerate(zip(actual.inputs, expected.inputs)):
+    assert len(actual.inputs) == len(expected.inputs), f"{name}: number of inputs"
+    for i, (a, e) in enumerate(zip(actual.inputs, expected.inputs, strict=True)):
         _tensor(a, e, f"{name} input {i} after the call", tol)
         if isinstance(e, torch.Tensor):
             assert a.is_leaf == e.is_leaf, f"{name} input {i}: is_leaf {a.is_leaf} != {e.is_leaf}"
-    for i, (a, e) in enumerate(zip(actual.storages, expected.storages)):
+    for i, (a, e) in enumerate(zip(actual.storages, expected.storages, strict=True)):
         if e is not None:
             torch.testing.assert_close(a, e, **tol, msg=lambda m: f"{name} storage of input {i}: {m}")
     assert _aliasing(actual.outputs, actual.inputs) == _aliasing(expected.outputs, expected.inputs), (
@@ -122,14 +123,18 @@ def compare(actual: Observation, expected: Observation, name: str, tol: dict) ->
         f"{_aliasing(expected.outputs, expected.inputs)}"
     )
     buffers = dict(expected.module.named_buffers())
-    for bname, value in actual.module.named_buffers():
+    actual_buffers = dict(actual.module.named_buffers())
+    assert actual_buffers.keys() == buffers.keys(), f"{name}: buffers {sorted(actual_buffers)} != eager's {sorted(buffers)}"
+    for bname, value in actual_buffers.items():
         _tensor(value, buffers[bname], f"{name} buffer {bname}", tol)
 
 
 def compare_grads(actual: Observation, expected: Observation, name: str, tol: dict) -> None:
     """After backward on both: every parameter's and every leaf's gradient."""
     params = dict(expected.module.named_parameters())
-    for pname, p in actual.module.named_parameters():
+    actual_params = dict(actual.module.named_parameters())
+    assert actual_params.keys() == params.keys(), f"{name}: parameters {sorted(actual_params)} != eager's {sorted(params)}"
+    for pname, p in actual_params.items():
         e = params[pname]
         assert (p.grad is None) == (e.grad is None), f"{name}: grad of {pname} is {p.grad} vs eager {e.grad}"
         if p.grad is not None:
@@ -137,7 +142,7 @@ def compare_grads(actual: Observation, expected: Observation, name: str, tol: di
     leaves = [*actual.leaves, *[t for t in actual.inputs if isinstance(t, torch.Tensor) and t.is_leaf]]
     e_leaves = [*expected.leaves, *[t for t in expected.inputs if isinstance(t, torch.Tensor) and t.is_leaf]]
     assert len(leaves) == len(e_leaves), f"{name}: number of leaves"
-    for i, (a, e) in enumerate(zip(leaves, e_leaves)):
+    for i, (a, e) in enumerate(zip(leaves, e_leaves, strict=True)):
         assert (a.grad is None) == (e.grad is None), f"{name}: grad of leaf {i} is {a.grad} vs eager {e.grad}"
         if a.grad is not None:
             torch.testing.assert_close(a.grad, e.grad, **tol, msg=lambda m: f"{name} grad of leaf {i}: {m}")

@@ -33,11 +33,25 @@ def test_run_random_inputs_table(sample_bundles):
     assert "(2, 8, 50)" in result.stderr and "random (seed 0)" in result.stderr
 
 
-def test_run_joint_reports_loss_and_grads(sample_bundles):
-    result = invoke("run", sample_bundles[("mlp", "joint")][0], "--json")
+def test_run_joint_reports_loss_and_grads(sample_bundles, tmp_path):
+    spec = fresh_sample("mlp")
+    (x,) = clone_inputs(spec.args)
+    save_file({"x": x}, str(tmp_path / "in.safetensors"))
+    result = invoke("run", sample_bundles[("mlp", "joint")][0], "--inputs", tmp_path / "in.safetensors",
+                    "--output", tmp_path / "out.safetensors", "--json")
     assert result.exit_code == 0, result.stderr
     names = [o["name"] for o in json.loads(result.stdout)["outputs"]]
     assert names[0] == "loss" and "grad:fc1.weight" in names
+    # the loss and every parameter's gradient are eager's, by parameter name
+    written = load_file(str(tmp_path / "out.safetensors"))
+    eager = spec.module.train()
+    loss = spec.loss(eager(x.clone()), x.clone())
+    loss.backward()
+    torch.testing.assert_close(written["loss"], loss.detach(), rtol=1e-4, atol=1e-5)
+    params = dict(eager.named_parameters())
+    assert {n.removeprefix("grad:") for n in names if n.startswith("grad:")} == set(params)
+    for fqn, p in params.items():
+        torch.testing.assert_close(written[f"grad:{fqn}"], p.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{fqn}: {m}")
 
 
 def test_run_inputs_file_with_wrong_names(sample_bundles, tmp_path):
@@ -61,4 +75,6 @@ def test_run_inputs_with_wrong_shape(sample_bundles, tmp_path):
 def test_run_on_cuda_without_gpu(sample_bundles):
     result = invoke("run", sample_bundles[("mlp", "inference")][0], "--device", "cuda")
     assert result.exit_code == 1
-    assert result.stderr.strip() == "Error: device 'cuda' was asked for, but no CUDA device was found."
+    assert result.stderr.strip() == (
+        "Error: device 'cuda' was asked for, but no CUDA device was found (torch.cuda.is_available() is False)."
+    )

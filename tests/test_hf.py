@@ -118,11 +118,16 @@ def test_lifted_constants_are_stored_passed_and_listed(hf_bundles):
     bundle = aotc.Bundle.open(path)
     slots = [s for s in bundle.signature.graphs["inference"].inputs if s.role == "constant"]
     assert slots, "the GPT-2 graph has no lifted constants any more; pick another model for this test"
+    listed = describe(bundle)["constants"]
     with safe_open(str(path / "weights.safetensors"), "pt") as f:
         assert {s.target for s in slots} <= set(f.keys())
-    listed = describe(bundle)["constants"]
-    assert [c["name"] for c in listed] == [s.target for s in slots]
-    assert all(c["graph"] == "inference" and c["shape"] is not None for c in listed)
+        # the constants are the stored tensors that are not the eager model's own state
+        assert {c["name"] for c in listed} == set(f.keys()) - set(model.state_dict())
+        stored = {c["name"]: f.get_tensor(c["name"]) for c in listed}
+    st_dtype = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL"}
+    for c in listed:
+        t = stored[c["name"]]
+        assert (c["graph"], c["dtype"], c["shape"]) == ("inference", st_dtype[t.dtype], list(t.shape)), c
     # and the loaded module does not show them as state the eager model lacks
     loaded = aotc.load(path)
     assert set(loaded.state_dict()) == set(model.state_dict())
@@ -146,6 +151,8 @@ def test_forward_backward_gradients_match_eager(hf_bundles, name):
         torch.autograd.backward([o for o in got if o.requires_grad], [g for g, o in zip(grads, got) if o.requires_grad])
         _close(got, want, f"{name} outputs batch {b}")
         params = dict(loaded.named_parameters())
+        assert params.keys() == dict(eager.named_parameters()).keys()
+        assert any(p.grad is not None for p in eager.parameters()), f"{name}: eager computed no gradient"
         for fqn, p in eager.named_parameters():
             if p.grad is None:
                 assert params[fqn].grad is None or not params[fqn].grad.any(), fqn

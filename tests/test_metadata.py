@@ -7,6 +7,8 @@ say what eager PyTorch does (checked by the explicit expectations).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -128,30 +130,62 @@ def captured():
     return results
 
 
+def _eager(model, name: str, dup: bool):
+    """What eager does to each state tensor and user input (by name): (data changed,
+    layout changed); and per output: "is_input", "alias_of_input" or None."""
+    model = copy.deepcopy(model)
+    x, y = _inputs(name, dup)
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers()), "x": x, "y": y}
+
+    def look(t):
+        numel = t.untyped_storage().nbytes() // t.element_size()
+        return t.detach().as_strided((numel,), (1,), 0).clone(), (t.shape, t.stride(), t.storage_offset())
+
+    before = {n: look(t) for n, t in tensors.items()}
+    outputs = pytree.tree_leaves(model(x, y))
+    after = {n: look(t) for n, t in tensors.items()}
+    changed = {n: (not torch.equal(before[n][0], after[n][0]), before[n][1] != after[n][1]) for n in tensors}
+    inputs = [x, y]
+    kinds = [
+        "is_input" if any(o is i for i in inputs)
+        else "alias_of_input" if any(o.untyped_storage().data_ptr() == i.untyped_storage().data_ptr() for i in inputs)
+        else None
+        for o in outputs
+    ]
+    return changed, kinds
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_metadata_matches_aotautograd(name, captured):
     model, dup = CASES[name]
     x, y = _inputs(name, dup)
     ours = captured[name].programs["forward"]
     ref = _reference(model, (x, y))
-    dup_map = {int(k): v for k, v in ours.duplicate_user_inputs.items()}
-    n_state = len(list(model.parameters())) + len(list(model.buffers()))
-    # Map AOTAutograd's per-argument info onto aotc's deduplicated inputs.
-    ref_inputs = [
-        info for i, info in enumerate(ref.input_info) if i < n_state or (i - n_state) not in dup_map
-    ]
-    assert len(ours.inputs) == len(ref_inputs)
-    for mine, theirs in zip(ours.inputs, ref_inputs):
+    # AOTAutograd's per-argument info, named by the arguments _reference passed in that order
+    ref_names = [*dict(model.named_parameters()), *dict(model.named_buffers()), "x", "y"]
+    ref_by_name = dict(zip(ref_names, ref.input_info, strict=True))
+    # aotc keeps one input per distinct tensor: a duplicate user input is dropped
+    dropped = {["x", "y"][int(k)] for k in ours.duplicate_user_inputs}
+    assert sorted(i.name for i in ours.inputs) == sorted(n for n in ref_names if n not in dropped)
+    eager_changes, eager_outputs = _eager(model, name, dup)
+    for mine in ours.inputs:
+        theirs = ref_by_name[mine.name]
         assert mine.mutates_data == theirs.mutates_data, mine.name
         assert mine.mutates_metadata == theirs.mutates_metadata, mine.name
         assert mine.mutation_type == theirs.mutation_type.name, mine.name
         assert mine.requires_grad == theirs.requires_grad, mine.name
         assert mine.mutations_under_no_grad_or_inference_mode == theirs.mutations_under_no_grad_or_inference_mode
-    assert len(ours.outputs) == len(ref.output_info)
-    for mine, theirs in zip(ours.outputs, ref.output_info):
+        # and what eager did to the tensor
+        assert (mine.mutates_data, mine.mutates_metadata) == eager_changes[mine.name], mine.name
+    assert len(ours.outputs) == len(ref.output_info) == len(eager_outputs)
+    for i, (mine, theirs, eager_kind) in enumerate(zip(ours.outputs, ref.output_info, eager_outputs, strict=True)):
         assert mine.output_type == theirs.output_type.name
         assert mine.base_idx == theirs.base_idx
         assert mine.requires_grad == theirs.requires_grad
+        if eager_kind is not None:
+            assert mine.output_type == eager_kind, f"output {i}"
+        else:
+            assert mine.output_type not in ("is_input", "alias_of_input"), f"output {i}"
 
 
 def _input(meta, name):

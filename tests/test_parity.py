@@ -63,6 +63,7 @@ def test_inference_graph_matches_eager(sample_bundles, name):
     eager_inputs = _user_inputs(spec)
     with torch.no_grad():
         expected = pytree.tree_leaves(model(*eager_inputs))
+    assert {k for k in outs if k.startswith("output[")} == {f"output[{i}]" for i in range(len(expected))}
     for i, e in enumerate(expected):
         _close(outs[f"output[{i}]"], e, f"{name} output {i}")
     pairs = _mutations(outs, model, eager_inputs, names)
@@ -71,7 +72,7 @@ def test_inference_graph_matches_eager(sample_bundles, name):
     for what, value, eager in pairs:
         _close(value, eager, f"{name} {what}")
     # The graph is functional: the inputs given to it are untouched.
-    for given, fresh in zip(graph_inputs, _user_inputs(fresh_sample(name))):
+    for given, fresh in zip(graph_inputs, _user_inputs(fresh_sample(name)), strict=True):
         torch.testing.assert_close(given, fresh, rtol=0, atol=0)
 
 
@@ -116,9 +117,14 @@ def test_forward_backward_graphs_match_eager(sample_bundles, name):
     eager_inputs = _user_inputs(spec)
     torch.manual_seed(0)
     expected = pytree.tree_leaves(model(*eager_inputs))
+    assert {k for k in fw if k.startswith("output[")} == {f"output[{i}]" for i in range(len(expected))}
     for i, e in enumerate(expected):
         _close(fw[f"output[{i}]"], e.detach(), f"{name} output {i}")
-    for what, value, eager in _mutations(fw, model, eager_inputs, names):
+    pairs = _mutations(fw, model, eager_inputs, names)
+    if name in ("mlp", "cnn"):  # train-mode BatchNorm updates its running stats in the forward graph
+        assert any(p[0].endswith(".running_mean") for p in pairs)
+        assert any(p[0].endswith(".running_var") for p in pairs)
+    for what, value, eager in pairs:
         _close(value, eager, f"{name} {what}")
 
     # Random grad_outputs for every user output that takes a tangent.

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import torch
-
 from aotc.bundle import Bundle
-from aotc.errors import AotcError, ModeError
+from aotc.devices import resolve_device
+from aotc.errors import AotcError, BundleError, ModeError
 from aotc.runtime.module import LoadedModule
 
 BACKENDS = ("auto", "fx", "aoti", "onnx")
@@ -36,15 +35,20 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
             f"Bundle '{bundle.path}' has only an eval-mode inference graph; load it with "
             "mode='eval', or export with --autograd or --joint for training."
         )
-    device = torch.device(device or "cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise AotcError("device 'cuda' was asked for, but no CUDA device was found.")
-    from aotc.exporters import EXPORTERS
+    device = resolve_device(device)
+    from aotc import formats
 
     if backend not in BACKENDS:
         raise AotcError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
     if backend == "auto":
         # the compiled artifact for this device when the bundle has one, else the fx graphs
-        backend = "aoti" if EXPORTERS["aoti"].has_artifacts(bundle, device) else "fx"
-    graphs = {kind: EXPORTERS[backend].load_graph(bundle, kind, device) for kind in kinds}
-    return LoadedModule(bundle, graphs, device, mode, backend)
+        backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
+    graphs = {kind: formats.get(backend).load_graph(bundle, kind, device) for kind in kinds}
+    try:
+        return LoadedModule(bundle, graphs, device, mode, backend)
+    except AotcError:
+        raise
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
+        # bundle_check covers what it knows the runtime looks up; this names anything else
+        raise BundleError(f"Bundle '{bundle.path}': its signature and metadata do not build a module "
+                          f"({type(e).__name__}: {e}). The bundle is damaged; export it again.") from e

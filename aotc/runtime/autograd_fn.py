@@ -95,7 +95,13 @@ class GraphFunction(torch.autograd.Function):
                     shape, dtype, device = ctx.tangent_meta[i]
                     g = torch.zeros(shape, dtype=dtype, device=device)
                 args.append(g.contiguous())
-        outs = graphs.backward(*args)
+        try:
+            outs = graphs.backward(*args)
+        except Exception as e:
+            from aotc.errors import GraphRunError
+
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise GraphRunError(f"the backward graph failed at run time: {type(e).__name__}: {first}") from e
         result: list = [None] * ctx.num_primals
         for target, g in zip(graphs.grad_targets, outs):
             result[target] = g

@@ -14,7 +14,7 @@ from torch import nn
 from aotc._torch_compat import pytree
 from aotc.aliasing import synthetic_base
 from aotc.bundle import Bundle
-from aotc.errors import InputError, ModeError
+from aotc.errors import AotcError, GraphRunError, InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
 from aotc.runtime.epilogue import Epilogue
 from aotc.runtime.inputs import build_checks, build_guard
@@ -120,6 +120,7 @@ class LoadedModule(nn.Module):
         self._out_spec = pytree.treespec_loads(sig.out_spec)
         self._out_is_leaf = self._out_spec.is_leaf()
         self._checks = build_checks(meta, sig.user_inputs)
+        self._user_meta = meta.user_inputs
         self._captured_training = meta.training
         self._graph_kinds = list(sig.graphs)
         self._programs = {
@@ -189,6 +190,26 @@ class LoadedModule(nn.Module):
         return self._call(program, primals, flat)
 
     def _call(self, program: Program, primals: list, flat):
+        try:
+            return self._call_graph(program, primals, flat)
+        except AotcError:
+            raise
+        except Exception as e:
+            raise GraphRunError(self._failure(program.kind, e, flat)) from e
+
+    def _failure(self, kind: str, error: Exception, flat) -> str:
+        """What failed, and the integer inputs, whose values the shape checks cannot see."""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        ints = []
+        for check, meta, value in zip(self._checks, self._user_meta, flat):
+            if isinstance(value, torch.Tensor) and not value.is_floating_point() and value.numel():
+                seen = f"{value.min().item()}..{value.max().item()}"
+                at_export = f", {meta.value_range[0]}..{meta.value_range[1]} at export" if meta.value_range else ""
+                ints.append(f"'{check.name}' (values {seen}{at_export})")
+        hint = f" Check the values of {', '.join(ints)}." if ints else ""
+        return f"the {kind} graph of '{self.bundle_path}' failed at run time: {type(error).__name__}: {first}.{hint}"
+
+    def _call_graph(self, program: Program, primals: list, flat):
         grad = torch.is_grad_enabled()
         if program.kind == "forward" and grad and self._training_graphs and any(
             p.requires_grad for p, rg in zip(primals, program.requires_grad) if rg
@@ -230,9 +251,14 @@ class LoadedModule(nn.Module):
         if program.guard.active:
             program.guard.check(flat)
         primals = program.primals(flat)
-        with torch.no_grad():
-            outs = list(program.graph(*primals))
-        program.epilogue.apply(primals, outs, flat)
+        try:
+            with torch.no_grad():
+                outs = list(program.graph(*primals))
+            program.epilogue.apply(primals, outs, flat)
+        except AotcError:
+            raise
+        except Exception as e:
+            raise GraphRunError(self._failure("joint", e, flat)) from e
         names = [s.name for s in program.signature.inputs]
         loss = None
         with torch.no_grad():

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 from aotc import _torch_compat as tc
-from aotc import eager_check
 from aotc._torch_compat import pytree
 from aotc.aliasing import geometry, storage_groups, synthetic_base
+from aotc.capture import eager_check
 from aotc.errors import CaptureError
 from aotc.schema import (
     AliasedInput,

@@ -20,10 +20,10 @@ from torch.export import Dim, ExportedProgram
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
+from aotc.capture.metadata import graph_placeholders, output_descs, output_nodes
+from aotc.capture.slots import Names, input_name, output_slot
 from aotc.errors import CaptureError
-from aotc.graph_meta import graph_placeholders, output_descs, output_nodes
 from aotc.schema import BackwardSignature, GraphSignature, Slot
-from aotc.slots import Names, input_name, output_slot
 
 
 def size_carrier(n) -> torch.Tensor:

@@ -13,8 +13,8 @@ from typing import Any
 
 from torch.export import ExportedProgram
 
+from aotc.capture.metadata import finite_int
 from aotc.errors import CaptureError
-from aotc.graph_meta import finite_int
 from aotc.model_file import FunctionModule, forward_arg_names
 
 

@@ -1,0 +1,119 @@
+"""torch's two tracers, run for capture: torch.export of the Program, then AOTAutograd.
+
+Both turn torch's failures into CaptureErrors that name the model; which tracer runs,
+and what happens when one fails, is the driver's policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.export import ExportedProgram
+
+from aotc import _torch_compat as tc
+from aotc._torch_compat import pytree
+from aotc.capture.dynamic_shapes import user_dynamic_shapes
+from aotc.capture.metadata import check_scalar_loss, graph_placeholders
+from aotc.capture.program import Program
+from aotc.capture.types import CaptureOptions
+from aotc.errors import CaptureError
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def export_program(program: Program, args, kwargs, dynamic_shapes) -> ExportedProgram:
+    """torch.export of `program`, with keyword inputs passed positionally (see Program);
+    the result's module takes `(*args, *kwargs.values())`."""
+    spec = user_dynamic_shapes(program.model, args, kwargs, dynamic_shapes)
+    flat_spec = None if spec is None else {"args": (*spec["args"], *spec["kwargs"].values())}
+    positional = Program(program.model, program.loss, keywords=tuple(kwargs))
+    return torch.export.export(
+        positional, (*args, *kwargs.values()), dynamic_shapes=flat_spec, strict=False
+    )
+
+
+def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
+    """AOTAutograd's graph, metadata and out spec; for "autograd", the partitioned
+    (forward, backward) graphs too. AOTAutograd's fake mode is active only in here."""
+    grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
+    with contextlib.ExitStack() as stack, grad_ctx:
+        stack.enter_context(tc.eager_dropout())
+        try:
+            try:
+                jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
+            except RuntimeError as e:
+                if options.mode != "inference" or "A view was created in no_grad mode" not in str(e):
+                    raise
+                # Tracing under no_grad with inputs that require grad trips autograd's view
+                # checks on in-place ops eager allows; an inference graph needs no grad.
+                f_args, f_kwargs = _detached((f_args, f_kwargs))
+                jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
+        except Exception as e:
+            if "Encountered a set_ on a graph input" in str(e):
+                raise CaptureError(
+                    f"{type(model).__name__}.forward calls set_() on an input (giving it another "
+                    "tensor's storage) and also changes that input otherwise. aotc's graphs are "
+                    "functional, and AOTAutograd cannot return such a swap for the runtime to "
+                    "replay. Copy the values instead (input.copy_(other)), or do the set_() "
+                    "outside the model."
+                ) from e
+            raise CaptureError(
+                f"{type(model).__name__} could not be captured by torch.export nor by AOTAutograd: "
+                f"{type(e).__name__}: {first_line(e)} Pass --debug for torch's full message."
+            ) from e
+        jgm = jd.graph_module
+        if options.mode == "joint":
+            check_scalar_loss(jgm)
+        is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in graph_placeholders(jgm))
+        fw_metadata = jd._aot_state.fw_metadata
+        if options.mode == "inference" and is_joint_graph:
+            raise CaptureError(
+                f"{type(model).__name__}.forward gives an output that requires grad even under "
+                "no_grad (it enables grad itself, e.g. with torch.enable_grad()); an inference graph "
+                "cannot give that output a gradient. Export with --autograd, or drop the enable_grad."
+            )
+        if options.mode != "inference" and not any(i.requires_grad for i in fw_metadata.input_info):
+            raise CaptureError(
+                f"Nothing in {type(model).__name__} requires a gradient, so there is no backward "
+                "to capture. Unfreeze parameters, or export an inference graph."
+            )
+        if options.mode == "joint" and not is_joint_graph:
+            raise CaptureError(
+                f"The loss of {type(model).__name__} does not depend on anything that requires a "
+                "gradient, so there is no training step to capture."
+            )
+        partitioned = None
+        if options.mode == "autograd" and is_joint_graph:
+            recorded: dict[str, torch.fx.GraphModule] = {}
+
+            def recorder(name):
+                def compiler(graph_module, example_inputs):
+                    recorded[name] = graph_module
+                    return graph_module
+
+                return compiler
+
+            try:
+                tc.aot_compile_joint_with_descriptors(
+                    jd,
+                    partition_fn=tc.PARTITIONERS[options.partitioner],
+                    fw_compiler=recorder("forward"),
+                    bw_compiler=recorder("backward"),
+                )
+            except Exception as e:
+                raise CaptureError(
+                    f"partitioning the joint graph of {type(model).__name__} failed: "
+                    f"{type(e).__name__}: {first_line(e)}"
+                ) from e
+            partitioned = (recorded["forward"], recorded["backward"])
+        return jgm, fw_metadata, jd.out_spec, partitioned
+
+
+def _detached(tree):
+    """Every tensor of `tree` detached; the same tensor twice stays one."""
+    memo: dict[int, torch.Tensor] = {}
+    return pytree.tree_map_only(torch.Tensor, lambda t: memo.setdefault(id(t), t.detach()), tree)

@@ -1,0 +1,53 @@
+"""What capture takes (CaptureOptions, MODES) and what it gives back (Capture)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from aotc._torch_compat import pytree
+from aotc.capture.finish import CapturedGraph
+from aotc.schema import ProgramMeta, TensorMeta, UserInput
+
+# Which graphs each capture mode produces.
+MODES: dict[str, tuple[str, ...]] = {
+    "inference": ("inference",),
+    "joint": ("joint",),
+    "autograd": ("forward", "backward"),
+}
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """What to capture. `mode` is a key of MODES; `train` puts the model in train mode
+    for an inference capture (training captures always use train mode)."""
+
+    mode: str = "inference"
+    partitioner: str = "min-cut"
+    train: bool = False
+    dynamic_shapes: Any = None
+    # what an inference graph is called in the bundle ("prefill" and "decode" for generation)
+    graph_name: str = "inference"
+
+
+@dataclass
+class Capture:
+    """Everything capture learned about a model, ready for the bundle writer."""
+
+    graphs: dict[str, CapturedGraph]
+    programs: dict[str, ProgramMeta]
+    user_inputs: list[UserInput]
+    user_input_meta: list[TensorMeta]
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    num_user_outputs: int
+    state: dict[str, torch.Tensor]
+    training: bool
+    partitioner: str | None
+    state_aliases: dict[str, str] = field(default_factory=dict)
+    non_persistent_buffers: list[str] = field(default_factory=list)
+    # symbol -> the smallest size the trace assumed, where the user declared a smaller one;
+    # the exporter runs the sizes in between against eager before it accepts them
+    small_sizes: dict[str, int] = field(default_factory=dict)

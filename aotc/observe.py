@@ -1,0 +1,122 @@
+"""Run a model, eager or loaded from a bundle, the way a bundle's mode does, and record
+what happened: the one place that says what "behaving like eager" is measured by.
+
+The record's keys, used by reference.safetensors, the manifest's tolerances and verify:
+
+    input:<name>      a user input before the call (references only)
+    output[i]         the i-th tensor among the flat outputs
+    after:<name>      a user input after the call (in-place mutations)
+    buffer:<fqn>      a buffer after the call
+    loss              the loss of a joint training step
+    grad_output[i]    the gradient fed to output i (forward+backward)
+    grad:<fqn>        a parameter's gradient after the step
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aotc._torch_compat import pytree
+from aotc.aliasing import clone_like
+from aotc.outputs import plain_outputs
+
+Record = dict[str, torch.Tensor]
+SEED = 0
+LOSS = "loss"
+
+
+def input_key(name: str) -> str:
+    return f"input:{name}"
+
+
+def output_key(i: int) -> str:
+    return f"output[{i}]"
+
+
+def after_key(name: str) -> str:
+    return f"after:{name}"
+
+
+def buffer_key(fqn: str) -> str:
+    return f"buffer:{fqn}"
+
+
+def grad_key(fqn: str) -> str:
+    return f"grad:{fqn}"
+
+
+def grad_output_key(i: int) -> str:
+    return f"grad_output[{i}]"
+
+
+def is_input_entry(key: str) -> bool:
+    """Entries that are given to a run (inputs, grad_outputs), not compared after it."""
+    return key.startswith(("input:", "grad_output"))
+
+
+def clone_tree(tree):
+    """Clone every tensor of a pytree, keeping how they relate (see aliasing.clone_like)."""
+    flat, spec = pytree.tree_flatten(tree)
+    return pytree.tree_unflatten(clone_like(flat), spec)
+
+
+def observe(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn=None,
+            grad_seed: int = SEED, given: Record | None = None, device: torch.device | str | None = None) -> Record:
+    """Call `model` (used as given: pass a copy) on clones of the inputs the way `mode`
+    ("inference", "joint", "autograd") runs, under a fixed seed, and record everything
+    verify compares, on the CPU. A joint step of a loaded bundle is its `train_step`;
+    an eager one is `loss_fn(outputs, *inputs)` and backward. Forward+backward feeds
+    `given`'s grad_outputs when set, else random ones from `grad_seed`. Grad mode is
+    restored afterwards, whatever the model did to it."""
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        return _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device)
+
+
+def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device) -> Record:
+    args, kwargs = clone_tree((args, kwargs))
+    if device is not None:
+        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
+    flat = pytree.tree_leaves((args, kwargs))
+    torch.manual_seed(SEED)
+    seen: Record = {}
+    outputs: list = []
+    if mode == "inference":
+        with torch.no_grad():
+            outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
+    elif mode == "joint":
+        from aotc.runtime.module import LoadedModule
+
+        if isinstance(model, LoadedModule):
+            seen[LOSS] = model.train_step(*args, **kwargs)
+        else:
+            loss = loss_fn(model(*args, **kwargs), *args, **kwargs)
+            loss.backward()
+            seen[LOSS] = loss
+    else:
+        outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
+        seen |= backward_with_seeded_grads(outputs, grad_seed, given)
+    seen |= {output_key(i): o for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)}
+    seen |= {after_key(n): t for n, t in zip(names, flat)}
+    seen |= {buffer_key(k): b for k, b in model.named_buffers()}
+    seen |= {grad_key(k): p.grad for k, p in model.named_parameters() if p.grad is not None}
+    return {k: v.detach().cpu().clone() for k, v in seen.items()}
+
+
+def backward_with_seeded_grads(outputs: list, seed: int, given: Record | None = None) -> Record:
+    """Backward through every output that requires grad, with random (or `given`) grads."""
+    g = torch.Generator().manual_seed(seed)
+    tensors, grads, record = [], [], {}
+    for i, o in enumerate(outputs):
+        if isinstance(o, torch.Tensor) and o.requires_grad:
+            key = grad_output_key(i)
+            if given is not None and key not in given:
+                from aotc.errors import BundleError
+
+                raise BundleError(f"reference.safetensors has no '{key}' for an output that takes a gradient.")
+            grad = given[key].to(o.device) if given is not None else torch.randn(o.shape, generator=g, dtype=o.dtype)
+            tensors.append(o)
+            grads.append(grad)
+            record[key] = grad
+    if tensors:
+        torch.autograd.backward(tensors, grads)
+    return record
