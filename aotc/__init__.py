@@ -5,8 +5,15 @@ The pipeline::
     load model file -> capture (torch.export + AOTAutograd) -> write bundle
                     -> compile (AOTInductor) / ONNX -> aotc.load -> run
 
-A bundle is a directory: manifest.json, signature.json, metadata.json (every input's
-mutations and every output's aliasing), weights.safetensors and graphs/<kind>.pt2.
+A bundle is a directory: manifest.json (every other file with its size and sha256),
+signature.json, metadata.json (every input's mutations and every output's aliasing),
+weights.safetensors and graphs/<kind>.pt2. `Bundle.open` checks all of it and runs
+nothing; `aotc.load` runs the bundle's graphs (compiled ones are native code).
+
+The modules, in pipeline order: model_file (load a model file), capture/ (the capture
+package), api (export), bundle + archives + bundle_check + atomic (writing and
+checking bundles), formats (the artifact formats of exporters/), compiler (AOTInductor
+cache), runtime/ (the wrapper stack of aotc.load), observe + verify (eager parity).
 
 Example::
 
@@ -31,6 +38,7 @@ _EXPORTS = {
     "export": "aotc.api",
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
+    "verify": "aotc.verify",
     "generate": "aotc.generation",
     "export_generation": "aotc.generation",
     "Bundle": "aotc.bundle",
@@ -41,6 +49,10 @@ _EXPORTS = {
     "CaptureError": "aotc.errors",
     "CheckpointError": "aotc.errors",
     "ModelFileError": "aotc.errors",
+    "InputError": "aotc.errors",
+    "GraphRunError": "aotc.errors",
+    "DeviceError": "aotc.errors",
+    "MissingDependencyError": "aotc.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

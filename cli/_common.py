@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from aotc.errors import AotcError
+from aotc.errors import AotcError, CaptureError
 
 INTERNAL_ERROR = 2
 
@@ -50,6 +50,8 @@ def handles_errors(fn: Callable) -> Callable:
             if debug:
                 traceback.print_exc(file=sys.stderr)
             click.echo(f"Error: {e}", err=True)
+            if not debug and isinstance(e, CaptureError) and e.__cause__ is not None:
+                click.echo("Pass --debug for torch's full message.", err=True)  # the error has its first line
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("Interrupted; nothing was written.", err=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
-from aotc.cli.export import export_options, graph_summary, print_graph_table, run_export
+from aotc.cli.export import exports, graph_summary, print_graph_table, run_export
+from aotc.cli.options import ExportOptions
 
 
 def _is_bundle(target: str) -> bool:
@@ -22,13 +23,12 @@ def _is_bundle(target: str) -> bool:
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="Compile cache [default: $AOTC_CACHE_DIR or ~/.cache/aotc].")
 @click.option("--no-cache", is_flag=True, help="Compile again even if an identical graph was compiled before.")
-@export_options
+@exports
 @json_option
 @debug_option
 @handles_errors
-def compile_command(target, devices, cache_dir, no_cache, output, joint, autograd, train, entry, checkpoint,
-                    dynamic, partitioner, force, with_onnx, opset, as_json, debug, task=None, max_cache_len=256,
-                    batch_size=1):
+def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | None, no_cache: bool,
+                    export: ExportOptions, as_json: bool, debug: bool):
     """Compile every graph of a bundle with AOTInductor, for each --device.
 
     TARGET is a model file (exported first, as by aotc export) or an existing bundle,
@@ -53,18 +53,17 @@ def compile_command(target, devices, cache_dir, no_cache, output, joint, autogra
     phases = Phases(out)
     try:
         if _is_bundle(target):
-            if output and Path(output).resolve() != Path(target).resolve():
+            if export.output and Path(export.output).resolve() != Path(target).resolve():
                 raise click.UsageError("-o is for model files; a bundle is compiled in place.")
             bundle_path = Path(target)
-            if with_onnx:
-                from aotc.exporters.onnx import add_to_bundle
+            if export.with_onnx:
+                from aotc.formats import BuildOptions, add_artifacts
 
                 phases.start("onnx")
-                add_to_bundle(bundle_path, opset=opset)
+                add_artifacts(bundle_path, "onnx", options=BuildOptions(opset=export.opset))
                 phases.finish()
         else:
-            _, bundle = run_export(phases, target, output, joint, autograd, train, entry, checkpoint, dynamic,
-                                   partitioner, force, with_onnx, opset, task, max_cache_len, batch_size)
+            _, bundle = run_export(phases, target, export)
             bundle_path = bundle.path
     finally:
         phases.abort()

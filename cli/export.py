@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from aotc.cli.options import ExportOptions, grouped
 from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
 from aotc.errors import AotcError
 from aotc.hf import TASKS as HF_TASKS
@@ -89,31 +90,41 @@ def export_options(fn):
     return fn
 
 
-def run_export(phases: Phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner, force,
-               with_onnx=False, opset=None, task=None, max_cache_len=256, batch_size=1):
+def exports(fn):
+    """`export_options`, passed to the command as one `export=ExportOptions(...)`."""
+    return export_options(grouped(ExportOptions, "export")(fn))
+
+
+def run_export(phases: Phases, model: str, options: ExportOptions):
     """Load the model file and export it, reporting phases; returns (spec, bundle)."""
-    graphs = mode_from_flags(joint, autograd)
-    cli_dims = parse_dynamic(dynamic)
+    o = options
+    graphs = mode_from_flags(o.joint, o.autograd)
+    cli_dims = parse_dynamic(o.dynamic)
+    if o.output is not None:
+        from aotc.bundle import check_target, check_writable
+
+        check_target(o.output, o.force)  # before loading a model for seconds
+        check_writable(o.output)
     phases.start("load")
     from aotc.bundle import check_target
     from aotc.model_file import load_model
 
-    spec = load_model(model, entry=entry, checkpoint=checkpoint, task=task)
-    target = output or Path("bundles") / spec.name
-    check_target(target, force)
+    spec = load_model(model, entry=o.entry, checkpoint=o.checkpoint, task=o.task)
+    target = o.output or Path("bundles") / spec.name
+    check_target(target, o.force)
     if "joint" in graphs and spec.loss is None:
         raise AotcError(
             f"Model file '{spec.source}' defines no loss(outputs, *inputs); --joint needs one "
             "that returns a scalar tensor."
         )
     if spec.task == "text-generation" and graphs == ("inference",):
-        if with_onnx:
+        if o.with_onnx:
             raise AotcError("--onnx is not supported for generation bundles (prefill + decode); export without it.")
         # a causal LM folder: prefill and decode graphs over a static KV cache, for aotc.generate
         from aotc.generation import export_generation
 
         bundle = export_generation(
-            spec.module, target, batch_size=batch_size, max_cache_len=max_cache_len, force=force, name=spec.name,
+            spec.module, target, batch_size=o.batch_size, max_cache_len=o.max_cache_len, force=o.force, name=spec.name,
             source=spec.source, task=spec.task, assets=spec.assets, on_phase=phases.start,
         )
         phases.finish()
@@ -122,17 +133,17 @@ def run_export(phases: Phases, model, output, joint, autograd, train, entry, che
 
     bundle = export(
         spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
-        dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=partitioner,
-        train=train, force=force, name=spec.name, source=spec.source,
+        dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=o.partitioner,
+        train=o.train, force=o.force, name=spec.name, source=spec.source,
         checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
         task=spec.task, assets=spec.assets,
         on_phase=phases.start,
     )
-    if with_onnx:
+    if o.with_onnx:
         phases.start("onnx")
-        from aotc.exporters.onnx import add_to_bundle
+        from aotc.formats import BuildOptions, add_artifacts
 
-        bundle = add_to_bundle(bundle.path, opset=opset)
+        bundle = add_artifacts(bundle.path, "onnx", options=BuildOptions(opset=o.opset))
     phases.finish()
     return spec, bundle
 
@@ -169,12 +180,11 @@ def print_graph_table(out, summary: dict) -> None:
 
 @click.command("export")
 @click.argument("model")
-@export_options
+@exports
 @json_option
 @debug_option
 @handles_errors
-def export_command(model, output, joint, autograd, train, entry, task, max_cache_len, batch_size, checkpoint, dynamic,
-                   partitioner, force, with_onnx, opset, as_json, debug):
+def export_command(model: str, export: ExportOptions, as_json: bool, debug: bool):
     """Capture MODEL (a model file, package.module:factory, or a Hugging Face folder) into a bundle.
 
     \b
@@ -190,8 +200,7 @@ def export_command(model, output, joint, autograd, train, entry, task, max_cache
     phases = Phases(out)
     started = time.perf_counter()
     try:
-        spec, bundle = run_export(phases, model, output, joint, autograd, train, entry, checkpoint, dynamic, partitioner,
-                                  force, with_onnx, opset, task, max_cache_len, batch_size)
+        spec, bundle = run_export(phases, model, export)
     finally:
         phases.abort()
     timings = dict(phases.times, total=time.perf_counter() - started)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from aotc.cli.options import GenerateOptions, RunOptions, grouped
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
 from aotc.errors import AotcError
 
@@ -54,7 +55,7 @@ def _parse_ids(text: str) -> list[int]:
     return ids
 
 
-def _generate(info, prompt_ids, max_new_tokens, do_sample, temperature, top_k, top_p, seed, backend, device, as_json):
+def _generate(info, gen: GenerateOptions, run: RunOptions, as_json: bool):
     import torch
 
     import aotc
@@ -65,14 +66,14 @@ def _generate(info, prompt_ids, max_new_tokens, do_sample, temperature, top_k, t
             f"--prompt-ids needs a generation bundle (prefill and decode graphs); '{info.path}' has "
             f"{', '.join(info.graph_kinds)}. Export a causal LM folder with --task text-generation."
         )
-    prompt = _parse_ids(prompt_ids)
+    prompt = _parse_ids(gen.prompt_ids)
     t0 = time.perf_counter()
-    module = aotc.load(info.path, backend=backend, device=device)
+    module = aotc.load(info.path, backend=run.backend, device=run.device)
     load_s = time.perf_counter() - t0
     ids = torch.tensor([prompt] * info.manifest.generation.batch_size)
     t0 = time.perf_counter()
-    tokens = generate(module, ids, max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                      top_p=top_p, seed=seed if do_sample else None)
+    tokens = generate(module, ids, gen.max_new_tokens, do_sample=gen.do_sample, temperature=gen.temperature,
+                      top_k=gen.top_k, top_p=gen.top_p, seed=run.seed if gen.do_sample else None)
     gen_s = time.perf_counter() - t0
     new = tokens[:, len(prompt):].tolist()
     summary = {
@@ -109,8 +110,9 @@ def _generate(info, prompt_ids, max_new_tokens, do_sample, temperature, top_k, t
 @json_option
 @debug_option
 @handles_errors
-def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, prompt_ids, max_new_tokens, do_sample,
-                temperature, top_k, top_p, as_json, debug):
+@grouped(RunOptions, "run")
+@grouped(GenerateOptions, "gen")
+def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, as_json: bool, debug: bool):
     """Load BUNDLE and call it once; print a summary of the outputs.
 
     Without --inputs, random inputs shaped like the example inputs are used. A joint
@@ -131,21 +133,22 @@ def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, p
     from aotc.runtime.inputs import random_inputs
 
     info = Bundle.open(bundle)
-    if prompt_ids is not None:
-        _generate(info, prompt_ids, max_new_tokens, do_sample, temperature, top_k, top_p, seed, backend, device, as_json)
+    if gen.prompt_ids is not None:
+        _generate(info, gen, run, as_json)
         return
+    mode = run.mode
     if mode is None:
         mode = "eval" if {"inference", "prefill"} & set(info.graph_kinds) and not info.metadata.training else "train"
     t0 = time.perf_counter()
-    module = aotc.load(bundle, backend=backend, device=device, mode=mode)
+    module = aotc.load(bundle, backend=run.backend, device=run.device, mode=mode)
     load_s = time.perf_counter() - t0
     in_spec = pytree.treespec_loads(info.signature.in_spec)
     names = [u.name for u in info.signature.user_inputs]
-    if inputs_path:
-        args, kwargs = _read_inputs(inputs_path, names, in_spec)
-        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
+    if run.inputs_path:
+        args, kwargs = _read_inputs(run.inputs_path, names, in_spec)
+        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(module.device), (args, kwargs))
     else:
-        args, kwargs = random_inputs(info.metadata, in_spec, seed=seed, device=device)
+        args, kwargs = random_inputs(info.metadata, in_spec, seed=run.seed, device=module.device)
 
     t0 = time.perf_counter()
     if "joint" in info.graph_kinds:
@@ -160,16 +163,17 @@ def run_command(bundle, inputs_path, output_path, backend, device, mode, seed, p
         result = {f"output{pytree.keystr(path)}": v for path, v in leaves}
     call_s = time.perf_counter() - t0
 
-    if output_path:
+    if run.output_path:
         from safetensors.torch import save_file
 
-        save_file({k: v.detach().contiguous().cpu() for k, v in result.items() if isinstance(v, torch.Tensor)}, str(output_path))
+        save_file({k: v.detach().contiguous().cpu() for k, v in result.items() if isinstance(v, torch.Tensor)},
+                  str(run.output_path))
     summary = {
         "bundle": str(bundle),
         "backend": module.backend,
         "device": str(module.device),
         "mode": mode,
-        "inputs": str(inputs_path) if inputs_path else f"random (seed {seed})",
+        "inputs": str(run.inputs_path) if run.inputs_path else f"random (seed {run.seed})",
         "seconds": {"load": round(load_s, 4), "call": round(call_s, 4)},
         "outputs": [_describe(k, v) for k, v in result.items()],
     }

@@ -66,6 +66,7 @@ def build_samples(root: Path, compile_aoti: bool = True) -> dict[str, tuple[Path
 
 # ------------------------------------------------------------------ corruptions
 
+ABSOLUTE_MEMBER = Path("/tmp/aotc-fuzz-absolute.txt")
 KINDS = ("byte_flip", "truncate", "delete", "extra_file", "malformed_json", "json_value", "deep_json",
          "symlink", "safetensors_header", "safetensors_values", "zip_member")
 
@@ -231,7 +232,7 @@ def _edit_zip(path: Path, rng: random.Random) -> str:
     if choice == "zip_slip":
         out.append((f"{prefix}/data/aotinductor/model/../../../../../zipslip.txt", b"escaped"))
     elif choice == "absolute":
-        out.append(("/tmp/aotc-fuzz-absolute.txt", b"escaped"))
+        out.append((str(ABSOLUTE_MEMBER), b"escaped"))
     elif choice == "shared_library":
         out.append((f"{prefix}/data/aotinductor/model/evil.so", b"\x7fELF" + os.urandom(60)))
     elif choice == "drop_member":
@@ -313,7 +314,7 @@ def run_trial(trial: int, seed: int, samples: dict, baseline: dict, work: Path) 
     outside.mkdir()
     (outside / "secret.bin").write_bytes(b"secret")
     corruption = corrupt(bundle, outside, rng)
-    watched = [work, Path(tempfile.gettempdir())]
+    watched = [work]  # this worker's folder: its trials and its TMPDIR
     before = _snapshot(watched) - {str(p) for p in box.rglob("*")}
     inputs, golden, expected, tolerances = baseline[name]
     step = "open"
@@ -349,6 +350,8 @@ def run_trial(trial: int, seed: int, samples: dict, baseline: dict, work: Path) 
     leaked = _snapshot(watched) - before - {str(p) for p in box.rglob("*")}
     if leaked:
         result, message = "FAIL: wrote or left files outside the bundle", ", ".join(sorted(leaked)[:5])
+    if ABSOLUTE_MEMBER.exists():
+        result, message = "FAIL: an archive member was written at its absolute path", str(ABSOLUTE_MEMBER)
     if (outside / "secret.bin").read_bytes() != b"secret":
         result = "FAIL: changed a file outside the bundle"
     if not result.startswith("FAIL"):
@@ -386,7 +389,9 @@ def baselines(samples: dict) -> dict:
 # ------------------------------------------------------------------ the child process
 
 
-def _worker(samples: dict, seed: int, trials: list[int], work: str, conn) -> None:
+def _worker(samples: dict, seed: int, trials: list[int], work: str, tmp: str, conn) -> None:
+    os.environ["TMPDIR"] = tmp  # this worker's temp files: watched for leftovers
+    tempfile.tempdir = None
     import torch
 
     torch.set_num_threads(1)
@@ -404,26 +409,20 @@ def _worker(samples: dict, seed: int, trials: list[int], work: str, conn) -> Non
     conn.send(("finished", None))
 
 
-def run_fuzz(samples: dict, trials: int, seed: int, work: Path, timeout: float = 120.0,
-             only: list[int] | None = None, on_outcome=None) -> list[Outcome]:
-    """Run `trials` trials in child processes; a child that crashes or hangs is replaced
-    and its trial recorded as a failure."""
+def _supervise(samples: dict, seed: int, todo: list[int], work: Path, timeout: float, report) -> None:
+    """Run `todo` in a child process, replacing it when it crashes or hangs (that trial
+    is recorded as a failure)."""
     ctx = multiprocessing.get_context("spawn")
-    todo = list(only if only is not None else range(trials))
-    outcomes: list[Outcome] = []
+    todo = list(todo)
+    restarts = 0
     while todo:
-        tmp = work / f"tmp-{len(outcomes)}"
+        tmp = work / f"tmp-{restarts}"
         tmp.mkdir(parents=True, exist_ok=True)
         parent, child = ctx.Pipe()
-        env_tmp = os.environ.get("TMPDIR")
-        os.environ["TMPDIR"] = str(tmp)  # the child's temp files: watched for leftovers
-        proc = ctx.Process(target=_worker, args=(samples, seed, todo, str(work), child), daemon=True)
+        proc = ctx.Process(target=_worker, args=(samples, seed, todo, str(work), str(tmp), child), daemon=True)
         proc.start()
         child.close()  # so that a dead child reads as EOF here
-        if env_tmp is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = env_tmp
+        restarts += 1
         current, deadline = None, time.monotonic() + 600
         while True:
             if not parent.poll(max(0.0, deadline - time.monotonic())):
@@ -440,11 +439,9 @@ def run_fuzz(samples: dict, trials: int, seed: int, work: Path, timeout: float =
             if what == "start":
                 current, deadline = value, time.monotonic() + timeout
             elif what == "done":
-                outcomes.append(value)
                 todo.remove(value.trial)
                 current = None
-                if on_outcome:
-                    on_outcome(value)
+                report(value)
             elif what == "ready":
                 deadline = time.monotonic() + timeout
             elif what == "finished":
@@ -454,12 +451,41 @@ def run_fuzz(samples: dict, trials: int, seed: int, work: Path, timeout: float =
         if dead is not None:
             if current is None:
                 raise RuntimeError(dead)
-            outcome = Outcome(current, "?", Corruption("?", "?", False), dead)
-            outcomes.append(outcome)
             todo.remove(current)
+            report(Outcome(current, "?", Corruption("?", "?", False), dead))
+
+
+def run_fuzz(samples: dict, trials: int, seed: int, work: Path, timeout: float = 120.0,
+             only: list[int] | None = None, on_outcome=None, workers: int = 2) -> list[Outcome]:
+    """Run `trials` trials (or the trial numbers `only`) in `workers` child processes at
+    once, each in its own folder under `work`; returns the outcomes by trial number."""
+    import threading
+
+    todo = list(only if only is not None else range(trials))
+    outcomes: list[Outcome] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def report(outcome: Outcome) -> None:
+        with lock:
+            outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)
-    return outcomes
+
+    def supervise(k: int) -> None:
+        try:
+            _supervise(samples, seed, todo[k::workers], work / f"worker-{k}", timeout, report)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=supervise, args=(k,)) for k in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sorted(outcomes, key=lambda o: o.trial)
 
 
 def summarize(outcomes: list[Outcome]) -> str:

@@ -38,7 +38,7 @@ def test_wrong_static_shape(inplace):
         inplace(torch.randn(3, 4), torch.randn(3, 5))
     assert str(e.value) == (
         "input 'y' has shape (3, 5); the bundle expects (3, 4) (no dynamic dims were exported; "
-        "use --dynamic NAME:DIM)."
+        "export with dynamic_shapes=, or aotc export --dynamic NAME:DIM)."
     )
 
 
@@ -94,7 +94,7 @@ def test_train_bundle_in_eval(sample_bundles):
 
 def test_eval_bundle_in_train(sample_bundles):
     path = sample_bundles[("mlp", "inference")][0]
-    with pytest.raises(ModeError, match="has only an eval-mode inference graph; load it with mode='eval', or export with --autograd or --joint"):
+    with pytest.raises(ModeError, match=r"has only an eval-mode inference graph; load it with mode='eval', or export training graphs \(graphs="):
         aotc.load(path, mode="train")
     m = aotc.load(path).train()
     with pytest.raises(ModeError, match=r"captured in eval mode; it cannot run in train mode .* Call .eval\(\)"):

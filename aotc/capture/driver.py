@@ -152,7 +152,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         if ctx.options.dynamic_shapes is not None:
             raise CaptureError(
                 f"torch.export could not trace {type(ctx.model).__name__}: {type(e).__name__}: "
-                f"{first_line(e)} Pass --debug for torch's full message."
+                f"{first_line(e)}"
             ) from e
         # Some programs torch.export cannot trace (e.g. a metadata mutation that changes an
         # input's rank) AOTAutograd captures directly; without dynamic dims nothing is lost.
@@ -207,7 +207,8 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         if any(not isinstance(n.meta["desc"].output, tc.PlainAOTOutput) for n in tangent_nodes):
             raise CaptureError(
                 f"{type(ctx.model).__name__} mutates an input that requires grad; a joint graph supports "
-                "the loss as its only differentiable output. Export with --autograd instead."
+                "the loss as its only differentiable output. Export forward+backward graphs instead "
+                "(graphs=(\"forward\", \"backward\"); aotc export --autograd)."
             )
         tangents = [n.meta["val"].dtype for n in tangent_nodes]
         graphs["joint"] = finish_graph("joint", jgm, primal_slots, names, real_primals, fake_primals, tangents=tangents)

@@ -116,7 +116,7 @@ def disagreements(meta: ProgramMeta, eager: EagerCall, user_names: list[str], du
         if not aliases and eager.output_requires_grad.get(out.index, False) and not differentiable:
             problems.append(
                 f"output {out.index} requires grad in eager even under no_grad (forward enables grad "
-                "itself); an inference graph cannot give it a gradient: export with --autograd"
+                "itself); an inference graph cannot give it a gradient: export forward+backward graphs (--autograd)"
             )
     return problems
 

@@ -126,7 +126,7 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CaptureError(
             f"the captured {kind} graph could not be exported as a flat program: "
-            f"{type(e).__name__}: {first} Pass --debug for torch's full message."
+            f"{type(e).__name__}: {first}"
         ) from e
 
 

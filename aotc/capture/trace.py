@@ -63,7 +63,7 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
                 ) from e
             raise CaptureError(
                 f"{type(model).__name__} could not be captured by torch.export nor by AOTAutograd: "
-                f"{type(e).__name__}: {first_line(e)} Pass --debug for torch's full message."
+                f"{type(e).__name__}: {first_line(e)}"
             ) from e
         jgm = jd.graph_module
         if options.mode == "joint":
@@ -74,7 +74,7 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
             raise CaptureError(
                 f"{type(model).__name__}.forward gives an output that requires grad even under "
                 "no_grad (it enables grad itself, e.g. with torch.enable_grad()); an inference graph "
-                "cannot give that output a gradient. Export with --autograd, or drop the enable_grad."
+                "cannot give that output a gradient. Export forward+backward graphs (aotc export --autograd), or drop the enable_grad."
             )
         if options.mode != "inference" and not any(i.requires_grad for i in fw_metadata.input_info):
             raise CaptureError(

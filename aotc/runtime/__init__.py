@@ -33,7 +33,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
     if mode == "train" and not ({"forward", "joint"} & set(kinds) or training):
         raise ModeError(
             f"Bundle '{bundle.path}' has only an eval-mode inference graph; load it with "
-            "mode='eval', or export with --autograd or --joint for training."
+            "mode='eval', or export training graphs (graphs=(\"forward\", \"backward\") or (\"joint\",); "
+            "aotc export --autograd or --joint)."
         )
     device = resolve_device(device)
     from aotc import formats

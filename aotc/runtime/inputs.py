@@ -43,7 +43,7 @@ class InputCheck:
             if value.shape != self.static:
                 raise InputError(
                     f"input '{self.name}' has shape {tuple(value.shape)}; the bundle expects "
-                    f"{tuple(self.static)} (no dynamic dims were exported; use --dynamic NAME:DIM)."
+                    f"{tuple(self.static)} (no dynamic dims were exported; export with dynamic_shapes=, or aotc export --dynamic NAME:DIM)."
                 )
             return
         self._check_dynamic(value, sizes)

@@ -244,7 +244,8 @@ class LoadedModule(nn.Module):
         if "joint" not in self._programs:
             raise ModeError(
                 f"train_step needs a joint bundle; this one has {', '.join(self._graph_kinds)}. "
-                "Export with --joint, or call the module and .backward() for a forward+backward bundle."
+                "Export a joint bundle (graphs=(\"joint\",); aotc export --joint), or call the module and .backward() "
+                "for a forward+backward bundle."
             )
         program = self._programs["joint"]
         flat = self._flatten(args, kwargs)
@@ -285,7 +286,7 @@ class LoadedModule(nn.Module):
             raise ModeError(
                 "This bundle holds an inference graph captured in eval mode; it cannot run in "
                 "train mode (BatchNorm statistics, dropout). Call .eval(), or export with "
-                "--autograd (or --joint) for training."
+                "graphs=(\"forward\", \"backward\") (aotc export --autograd) for training."
             )
         if "inference" in self._programs and not self._captured_training:
             return self._programs["inference"]
