@@ -73,7 +73,7 @@ def _child(spec: dict) -> None:
     else:
         from aotc.model_file import load_model
 
-        loaded = load_model(spec["source"], checkpoint=bundle.manifest.model.checkpoint)
+        loaded = load_model(spec["source"])
         model = loaded.module.to(device).train(train)
         loss_fn = loaded.loss
         if spec["variant"].startswith("torch.compile"):
@@ -151,8 +151,10 @@ def run_variant(variant: str, spec: dict, env: dict | None = None) -> Result:
 
 
 def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: int = 10, device: str = "cpu",
-          train: bool = False, threads: int = 1, on_variant=None) -> list[Result]:
-    """Benchmark every backend of the bundle (or `backends`) and the baselines."""
+          train: bool = False, threads: int = 1, on_variant=None, model: str | None = None) -> list[Result]:
+    """Benchmark every backend of the bundle (or `backends`) and the baselines, which
+    rebuild eager from `model` (a model file or pkg.mod:factory the caller names; a path
+    recorded in the bundle is never imported)."""
     from aotc.bundle import Bundle
     from aotc.errors import AotcError
     from aotc.verify import artifacts
@@ -169,11 +171,12 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
             )
         available = [(label, b) for label, b in available if b in backends]
     training = train or bundle.metadata.training and "inference" not in bundle.graph_kinds
-    source = bundle.manifest.model.source
-    if baselines and not (source and (Path(source).exists() or ":" in source)):
+    source = model
+    if baselines and not source:
         raise AotcError(
-            f"Bundle '{bundle.path}' records model file '{source}', which is not here; eager and "
-            "torch.compile need it. Pass --baselines none to time the bundle alone."
+            f"the {' and '.join(baselines)} baseline(s) rebuild the model: name its file with --model "
+            "(model=), or pass --baselines none to time the bundle alone. aotc never runs a model file "
+            "a bundle names."
         )
     spec = {"bundle": str(bundle.path), "source": source, "device": device, "iters": iters, "warmup": warmup,
             "train": training, "threads": threads, "backend": None}

@@ -169,4 +169,9 @@ def compile(
     from aotc.formats import BuildOptions, add_artifacts
 
     options = BuildOptions(cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), use_cache=use_cache)
-    return add_artifacts(path, "aoti", devices, options=options, on_graph=on_graph)
+
+    def report(kind: str, device: str, event: str) -> None:  # events: "start", "compiled", "cached"
+        if on_graph:
+            on_graph(kind, device, "compiled" if event == "built" else event)
+
+    return add_artifacts(path, "aoti", devices, options=options, on_graph=report)

@@ -36,7 +36,7 @@ def main() -> None:
             bundle = aotc.export(spec.module.eval(), (spec.args, spec.kwargs), Path(tmp) / name, name=name,
                                  source=source, dynamic_shapes=spec.dynamic_shapes)
             aotc.compile(bundle.path)
-            rows += [(name, r) for r in bench(bundle.path, backends=["aoti"], iters=opts.iters, warmup=20)]
+            rows += [(name, r) for r in bench(bundle.path, backends=["aoti"], iters=opts.iters, warmup=20, model=source)]
     print(f"{'model':<18} {'variant':<28} {'cold start s':>12} {'steady µs':>10} {'cold vs aotc':>13} {'steady vs aotc':>15}")
     for name, r in rows:
         base = next(x for n, x in rows if n == name and x.variant.startswith("aotc"))

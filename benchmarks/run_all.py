@@ -78,8 +78,8 @@ def main() -> None:
                                 dynamic_shapes=spec.dynamic_shapes)
             aotc.compile(train.path)
             results[name] = {
-                "inference": as_json(bench(infer.path, iters=200, warmup=20, on_variant=lambda v: print("  ", v))),
-                "training": as_json(bench(train.path, iters=50, warmup=5, train=True,
+                "inference": as_json(bench(infer.path, iters=200, warmup=20, model=source, on_variant=lambda v: print("  ", v))),
+                "training": as_json(bench(train.path, iters=50, warmup=5, train=True, model=source,
                                           on_variant=lambda v: print("   train", v))),
                 "compile": cost,
             }

@@ -11,6 +11,7 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 
 @click.command("bench")
 @click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines.")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
 @click.option("--baselines", default="eager,torch.compile", show_default=True,
               help="Comma-separated: eager, torch.compile; 'none' for the bundle alone.")
@@ -22,7 +23,7 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, backends, baselines, iters, warmup, device, threads, train, as_json, debug):
+def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, train, as_json, debug):
     """Time every backend of BUNDLE against eager and torch.compile, side by side.
 
     Each variant runs in a fresh process: cold start is the time from process start to
@@ -30,8 +31,8 @@ def bench_command(bundle, backends, baselines, iters, warmup, device, threads, t
 
     \b
     Examples:
-      aotc bench bundles/tiny_transformer
-      aotc bench bundles/mlp-fb --train --json
+      aotc bench bundles/tiny_transformer --model sample_models/tiny_transformer.py
+      aotc bench bundles/mlp-fb --baselines none --train --json
     """
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -47,7 +48,7 @@ def bench_command(bundle, backends, baselines, iters, warmup, device, threads, t
                   transient=True) as progress:
         task = progress.add_task("starting", total=None)
         results = bench(bundle, backends=backends or None, baselines=chosen, iters=iters, warmup=warmup,
-                        device=device, train=train, threads=threads,
+                        device=device, train=train, threads=threads, model=model,
                         on_variant=lambda name: progress.update(task, description=f"timing {name}"))
     if as_json:
         emit_json({"bundle": str(bundle), "device": device, "train": train, "results": results_json(results)})

@@ -8,8 +8,9 @@ from conftest import invoke
 
 
 def test_bench_smoke(sample_bundles):
-    path = sample_bundles[("classifier", "inference")][0]
-    result = invoke("bench", path, "--iters", "2", "--warmup", "1", "--baselines", "eager", "--json")
+    path, summary = sample_bundles[("classifier", "inference")]
+    result = invoke("bench", path, "--iters", "2", "--warmup", "1", "--baselines", "eager", "--model", summary["source"],
+                    "--json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     variants = [r["variant"] for r in report["results"]]
@@ -31,3 +32,12 @@ def test_bench_unknown_backend(sample_bundles):
     result = invoke("bench", path, "--backend", "onnx", "--baselines", "none")
     assert result.exit_code == 1
     assert result.stderr.strip() == f"Error: Bundle '{path}' has no onnx artifact for cpu; it has fx."
+
+
+def test_bench_baselines_need_a_model_named_by_the_user(sample_bundles):
+    result = invoke("bench", sample_bundles[("classifier", "inference")][0], "--baselines", "eager")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "Error: the eager baseline(s) rebuild the model: name its file with --model (model=), or pass "
+        "--baselines none to time the bundle alone. aotc never runs a model file a bundle names."
+    )
