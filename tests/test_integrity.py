@@ -156,45 +156,43 @@ def test_opaque_constants_in_a_graph_archive_are_refused(mlp):
         aotc.load(mlp, backend="fx")
 
 
-def test_zip_slip_in_a_compiled_package_writes_nothing(sample_bundles, compiled, tmp_path, monkeypatch):
+@pytest.fixture
+def scratch(tmp_path, monkeypatch) -> Path:
+    """An empty $TMPDIR for this test: what a load extracts, and leaves, shows up here."""
+    path = tmp_path / "tmp"
+    path.mkdir()
+    monkeypatch.setenv("TMPDIR", str(path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    return path
+
+
+def test_zip_slip_in_a_compiled_package_writes_nothing(sample_bundles, compiled, tmp_path, scratch):
     path = _copy(sample_bundles[("mlp", "inference")][0], tmp_path / "b")
     package = path / "compiled" / "cpu" / "inference.pt2"
     prefix = zipfile.ZipFile(package).namelist()[0].split("/")[0]
     _rezip(package, lambda m: m + [(f"{prefix}/data/aotinductor/model/../../../../../../escaped.txt", b"x")])
     rehash(path)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setenv("TMPDIR", str(scratch))
-    monkeypatch.setattr("tempfile.tempdir", None)
     with pytest.raises(BundleError, match="would be written outside the archive"):
         aotc.load(path, backend="aoti")
     assert not list(tmp_path.rglob("escaped.txt"))
     assert list(scratch.iterdir()) == []
 
 
-def test_a_failed_compiled_load_leaves_no_temp_dirs(sample_bundles, compiled, tmp_path, monkeypatch):
+def test_a_failed_compiled_load_leaves_no_temp_dirs(sample_bundles, compiled, tmp_path, scratch):
     # A package whose library is not one (CRCs good, hash re-signed): the loader fails
     # after extracting; aotc removes what it extracted.
     path = _copy(sample_bundles[("mlp", "inference")][0], tmp_path / "b")
     package = path / "compiled" / "cpu" / "inference.pt2"
     _rezip(package, lambda m: [(n, b"\x7fELF broken" if n.endswith(".so") else d) for n, d in m])
     rehash(path)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setenv("TMPDIR", str(scratch))
-    monkeypatch.setattr("tempfile.tempdir", None)
     with pytest.raises(BundleError, match="could not be loaded as an AOTInductor package"):
         aotc.load(path, backend="aoti")
     assert list(scratch.iterdir()) == []
 
 
-def test_a_loaded_package_removes_its_files_when_collected(sample_bundles, compiled, tmp_path, monkeypatch):
+def test_a_loaded_package_removes_its_files_when_collected(sample_bundles, compiled, scratch):
     import gc
 
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setenv("TMPDIR", str(scratch))
-    monkeypatch.setattr("tempfile.tempdir", None)
     module = aotc.load(sample_bundles[("mlp", "inference")][0], backend="aoti")
     assert module(torch.randn(8, 16)).shape == (8, 4)
     assert len(list(scratch.iterdir())) == 1
