@@ -43,6 +43,9 @@ _LAZY = {
     "SyntheticBaseAOTInput": _DESCRIPTORS,
     "MetadataMutationAOTOutput": _DESCRIPTORS,
     "ForwardTokenAOTInput": _DESCRIPTORS,
+    "SubclassGetAttrAOTInput": _DESCRIPTORS,
+    "SubclassGetAttrAOTOutput": _DESCRIPTORS,
+    "is_traceable_wrapper_subclass": "torch.utils._python_dispatch",
     "BackwardTokenAOTInput": _DESCRIPTORS,
     "MutationType": "torch._functorch._aot_autograd.schemas",
     "OutputType": "torch._functorch._aot_autograd.schemas",
@@ -80,6 +83,20 @@ def __getattr__(name: str) -> Any:
 
 
 PARTITIONER_NAMES = ("min-cut", "default")
+
+
+def dense_fw_metadata(jd) -> Any:
+    """AOTAutograd's ViewAndMutationMeta of the graph it traced: with tensor subclasses,
+    the one computed on their inner tensors (SubclassMeta.fw_metadata), which lines up
+    with the graph's placeholders; else the only one."""
+    subclass_meta = jd._aot_graph_capture.maybe_subclass_meta
+    return jd._aot_state.fw_metadata if subclass_meta is None else subclass_meta.fw_metadata
+
+
+def grad_input_metas(jd) -> list[Any] | None:
+    """Per traced input, how AOTAutograd rebuilds its gradient (None without subclasses)."""
+    subclass_meta = jd._aot_graph_capture.maybe_subclass_meta
+    return None if subclass_meta is None else subclass_meta.grad_input_metas
 
 
 def reference_metadata(fn, flat_args: list):

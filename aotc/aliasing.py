@@ -21,7 +21,8 @@ def storage_groups(flat: list) -> list[list[int]]:
     by_storage: dict[tuple, list[int]] = defaultdict(list)
     seen: set[int] = set()
     for i, t in enumerate(flat):
-        if isinstance(t, torch.Tensor) and id(t) not in seen:
+        # a tensor subclass has no storage of its own (its inner tensors do)
+        if isinstance(t, torch.Tensor) and id(t) not in seen and type(t) in (torch.Tensor, torch.nn.Parameter):
             seen.add(id(t))
             by_storage[storage_key(t)].append(i)
     return [group for group in by_storage.values() if len(group) > 1]

@@ -133,7 +133,8 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             non_persistent_buffers=captured.non_persistent_buffers,
         )
         metadata = Metadata(
-            training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs
+            training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs,
+            subclasses=captured.subclasses,
         )
         writer.write_json(SIGNATURE, signature, "signature")
         writer.write_json(METADATA, metadata, "metadata")

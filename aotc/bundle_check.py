@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from aotc.errors import BundleError
-from aotc.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, TensorMeta
+from aotc.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, Subclasses, SubclassTensor, TensorMeta
 
 DTYPES = frozenset({
     "float32", "float64", "float16", "bfloat16", "complex32", "complex64", "complex128",
@@ -43,6 +43,14 @@ class _Where:
 
 def _fqn_ok(name: object) -> bool:
     return isinstance(name, str) and all(_FQN_PART.fullmatch(p) for p in name.split("."))
+
+
+def _state_name_ok(name: object) -> bool:
+    """An FQN, or an inner tensor of a subclass parameter/buffer: `fqn:attr[:attr...]`."""
+    if not isinstance(name, str):
+        return False
+    fqn, *attrs = name.split(":")
+    return _fqn_ok(fqn) and all(_FQN_PART.fullmatch(a) for a in attrs)
 
 
 def _index_ok(value: object, length: int) -> bool:
@@ -118,10 +126,68 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
     for name in signature.non_persistent_buffers:
         if name not in state and name not in signature.state_aliases:
             w.fail("signature.json", "non_persistent_buffers", f"{name!r} is not a buffer")
+    if metadata.subclasses is not None:
+        _check_subclasses(metadata.subclasses, state, signature, w)
+    elif any(":" in name for name in state):
+        w.fail("metadata.json", "subclasses", "inner tensors of subclasses are listed, but no subclasses")
     if "backward" in kinds:
         _check_backward(signature.graphs["forward"], signature.graphs["backward"], w)
     if "joint" in kinds:
         _check_joint(signature.graphs["joint"], w)
+
+
+def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w: _Where) -> None:
+    """Every subclass names its inner tensors among the graphs' inputs, and the caller's
+    view (outer specs) adds up to the graphs' flat inputs and outputs."""
+    from aotc._torch_compat import pytree
+    from aotc.subclasses import decode_context, inner_paths
+
+    file = "metadata.json"
+
+    def check(meta: SubclassTensor, where: str) -> None:
+        module, _, qualname = meta.class_name.partition(":")
+        if not qualname or not all(p.isidentifier() for p in [*module.split("."), *qualname.split(".")]):
+            w.fail(file, f"{where}.class_name", f"{meta.class_name!r} is not module:qualname")
+        decode_context(meta.context, f"{root_name(file)}: {where}.context")
+        if meta.dtype not in DTYPES:
+            w.fail(file, f"{where}.dtype", f"{meta.dtype!r} is not a dtype aotc knows")
+        _check_geometry(meta.shape, meta.stride, 0, w, file, where)
+        if not meta.inner or not all(_FQN_PART.fullmatch(a) for a in meta.inner):
+            w.fail(file, f"{where}.inner", "a subclass needs inner tensors with attribute names")
+        for attr, sub in meta.inner.items():
+            if sub is not None:
+                check(sub, f"{where}.inner.{attr}")
+
+    def root_name(f: str) -> str:
+        return str(w.root / f)
+
+    listed = set()
+    for fqn, meta in info.state.items():
+        check(meta, f"subclasses.state.{fqn}")
+        names = {":".join((fqn, *p)) for p in inner_paths(meta)}
+        if not _fqn_ok(fqn) or not names <= state:
+            w.fail(file, f"subclasses.state.{fqn}", "its inner tensors are not inputs of the graphs")
+        listed |= names
+    if {n for n in state if ":" in n} - listed:
+        w.fail(file, "subclasses.state", "a graph takes an inner tensor of a subclass it does not describe")
+    for field, group, count, spec_text, total in (
+        ("inputs", info.inputs, len(info.input_names), info.in_spec, len(signature.user_inputs)),
+        ("outputs", info.outputs, None, info.out_spec, signature.num_user_outputs),
+    ):
+        try:
+            spec = pytree.treespec_loads(spec_text)
+        except Exception as e:  # pytree raises whatever its JSON decoding meets
+            w.fail(file, f"subclasses.{field}", f"its spec is not a pytree spec ({type(e).__name__})")
+        leaves = spec.num_leaves
+        if count is not None and leaves != count:
+            w.fail(file, "subclasses.input_names", f"{count} names for {leaves} inputs")
+        for key, meta in group.items():
+            if not key.isdigit() or int(key) >= leaves:
+                w.fail(file, f"subclasses.{field}.{key}", f"not one of the {leaves} flat {field}")
+            check(meta, f"subclasses.{field}.{key}")
+        dense = sum(len(inner_paths(group[str(k)])) if str(k) in group else 1 for k in range(leaves))
+        if dense != total:
+            w.fail(file, f"subclasses.{field}", f"add up to {dense} inner tensors; the graphs have {total}")
 
 
 def _check_specs(signature: Signature, w: _Where) -> None:
@@ -151,7 +217,7 @@ def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_i
         where = f"{at}.inputs[{i}]"
         if slot.name != info.name or slot.role != info.kind:
             w.fail(file, where, f"{info.kind} {info.name!r} is {slot.role} {slot.name!r} in signature.json")
-        if info.kind in ("parameter", "buffer") and not (_fqn_ok(info.name) and slot.target == info.name):
+        if info.kind in ("parameter", "buffer") and not (_state_name_ok(info.name) and slot.target == info.name):
             w.fail(file, f"{where}.name", f"{info.name!r} is not a parameter or buffer name")
         if info.kind in ("user_input", "synthetic_base") and not _index_ok(slot.index, num_inputs):
             w.fail("signature.json", f"graphs.{kind}.inputs[{i}].index", f"{slot.index} is not a user input")

@@ -52,3 +52,8 @@ class DeviceError(AotcError):
 
 class MissingDependencyError(AotcError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class UntrustedSubclassError(AotcError):
+    """A bundle holds tensors of a class aotc would have to import, and the user has not
+    said they trust it (trusted_subclasses=, --trust)."""

@@ -19,6 +19,7 @@ import torch
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like
 from aotc.outputs import plain_outputs
+from aotc.subclasses import dense_leaves, is_subclass, named_plain
 
 Record = dict[str, torch.Tensor]
 SEED = 0
@@ -54,6 +55,18 @@ def is_input_entry(key: str) -> bool:
     return key.startswith(("input:", "grad_output"))
 
 
+def _like(o: torch.Tensor, plain: list[torch.Tensor]) -> torch.Tensor:
+    """A tensor of `o`'s subclass around `plain` (its inner tensors, nested ones included)."""
+    attrs, context = o.__tensor_flatten__()
+    inner, at = {}, 0
+    for attr in attrs:
+        value = getattr(o, attr)
+        n = len(named_plain("", value))
+        inner[attr] = _like(value, plain[at : at + n]) if is_subclass(value) else plain[at]
+        at += n
+    return type(o).__tensor_unflatten__(inner, context, o.size(), o.stride())
+
+
 def clone_tree(tree):
     """Clone every tensor of a pytree, keeping how they relate (see aliasing.clone_like)."""
     flat, spec = pytree.tree_flatten(tree)
@@ -76,7 +89,7 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
     args, kwargs = clone_tree((args, kwargs))
     if device is not None:
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
-    flat = pytree.tree_leaves((args, kwargs))
+    flat = dense_leaves(pytree.tree_leaves((args, kwargs)))  # tensor subclasses as their inner tensors
     torch.manual_seed(SEED)
     seen: Record = {}
     outputs: list = []
@@ -95,28 +108,38 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
     else:
         outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
         seen |= backward_with_seeded_grads(outputs, grad_seed, given)
-    seen |= {output_key(i): o for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)}
+    seen |= {output_key(i): o for i, o in enumerate(dense_leaves(outputs)) if isinstance(o, torch.Tensor)}
     seen |= {after_key(n): t for n, t in zip(names, flat)}
-    seen |= {buffer_key(k): b for k, b in model.named_buffers()}
-    seen |= {grad_key(k): p.grad for k, p in model.named_parameters() if p.grad is not None}
+    seen |= {buffer_key(k): v for name, b in model.named_buffers() for k, v in named_plain(name, b)}
+    seen |= {grad_key(k): v for name, p in model.named_parameters() if p.grad is not None
+             for k, v in named_plain(name, p.grad)}
     return {k: v.detach().cpu().clone() for k, v in seen.items()}
 
 
 def backward_with_seeded_grads(outputs: list, seed: int, given: Record | None = None) -> Record:
-    """Backward through every output that requires grad, with random (or `given`) grads."""
+    """Backward through every output that requires grad, with random (or `given`) grads.
+    A tensor subclass output gets a gradient of its class, made of one per inner tensor
+    (keyed by their places among the outputs' inner tensors, as the bundle numbers them)."""
     g = torch.Generator().manual_seed(seed)
     tensors, grads, record = [], [], {}
-    for i, o in enumerate(outputs):
-        if isinstance(o, torch.Tensor) and o.requires_grad:
+    at = 0
+    for o in outputs:
+        plain = named_plain("", o)
+        first, at = at, at + len(plain)
+        if not (isinstance(o, torch.Tensor) and o.requires_grad):
+            continue
+        parts = []
+        for i, (_, p) in enumerate(plain, start=first):
             key = grad_output_key(i)
             if given is not None and key not in given:
                 from aotc.errors import BundleError
 
                 raise BundleError(f"reference.safetensors has no '{key}' for an output that takes a gradient.")
-            grad = given[key].to(o.device) if given is not None else torch.randn(o.shape, generator=g, dtype=o.dtype)
-            tensors.append(o)
-            grads.append(grad)
-            record[key] = grad
+            parts.append(given[key].to(p.device) if given is not None
+                         else torch.randn(p.shape, generator=g, dtype=p.dtype))
+            record[key] = parts[-1]
+        tensors.append(o)
+        grads.append(parts[0] if len(plain) == 1 and not is_subclass(o) else _like(o, parts))
     if tensors:
         torch.autograd.backward(tensors, grads)
     return record

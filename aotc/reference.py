@@ -14,6 +14,7 @@ import copy
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.subclasses import dense_leaves
 from aotc.observe import SEED, Record, input_key, is_input_entry, observe
 
 REFERENCE = "reference.safetensors"
@@ -35,7 +36,8 @@ def tolerance(t: torch.Tensor) -> list[float]:
 def run_eager(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn=None,
               grad_seed: int = SEED) -> Record:
     """The eager model's record (see aotc.observe) with the inputs it was given."""
-    ref = {input_key(n): t.detach().clone() for n, t in zip(names, pytree.tree_leaves((args, kwargs)))}
+    flat = dense_leaves(pytree.tree_leaves((args, kwargs)))
+    ref = {input_key(n): t.detach().clone() for n, t in zip(names, flat)}
     return ref | observe(model, args, kwargs, names, mode, loss_fn, grad_seed)
 
 

@@ -27,6 +27,7 @@ from aotc.bundle import Bundle
 from aotc.errors import AotcError
 from aotc.observe import input_key, is_input_entry, observe
 from aotc.reference import REFERENCE, run_eager, tolerance
+from aotc.runtime.subclasses import caller_inputs
 
 Tensors = dict[str, torch.Tensor]
 
@@ -106,17 +107,18 @@ def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
     return found, skipped
 
 
-def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors) -> Tensors:
+def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
     """Run one artifact like `run_eager` runs the model; `given` supplies grad_outputs."""
     with torch.set_grad_enabled(torch.is_grad_enabled()):
-        return _run_artifact(bundle, backend, device, inputs, given)
+        return _run_artifact(bundle, backend, device, inputs, given, trusted)
 
 
-def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors) -> Tensors:
+def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
     import aotc
 
     mode = _mode(bundle)
-    module = aotc.load(bundle.path, backend=backend, device=device, mode="eval" if mode == "inference" else "train")
+    module = aotc.load(bundle.path, backend=backend, device=device, mode="eval" if mode == "inference" else "train",
+                       trusted_subclasses=trusted)
     names = [u.name for u in bundle.signature.user_inputs]
     args, kwargs = inputs
     return observe(module, args, kwargs, names, mode, grad_seed=0, given=given, device=device)
@@ -164,19 +166,20 @@ def _golden(bundle: Bundle) -> Tensors:
     return golden
 
 
-def _golden_inputs(bundle: Bundle, golden: Tensors):
+def _golden_inputs(bundle: Bundle, golden: Tensors, trusted=()):
     names = [u.name for u in bundle.signature.user_inputs]
     flat = [golden[input_key(n)] for n in names]
     program = next(iter(bundle.metadata.programs.values()))
     for dup, first in program.duplicate_user_inputs.items():
         flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
     flat = realias(flat, program.aliased_inputs)  # views of one tensor: pass them so again
-    return pytree.tree_unflatten(flat, pytree.treespec_loads(bundle.signature.in_spec))
+    return caller_inputs(bundle, pytree.tree_unflatten(flat, pytree.treespec_loads(bundle.signature.in_spec)), trusted)
 
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
-           samples: int = 0, run: bool = True, checkpoint: str | None = None) -> Report:
-    """Verify every artifact of the bundle at `path`; see the module docstring."""
+           samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=()) -> Report:
+    """Verify every artifact of the bundle at `path`; see the module docstring.
+    `trusted_subclasses`: as for aotc.load."""
     bundle = Bundle.open(path)  # hashes first: a tampered bundle fails before anything runs
     report = Report(str(bundle.path), integrity=integrity(bundle), ran=run)
     if not run:
@@ -186,19 +189,19 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
     override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5) if (
         rtol is not None or atol is not None) else None
     found, report.skipped = artifacts(bundle)
-    inputs = _golden_inputs(bundle, golden)
+    inputs = _golden_inputs(bundle, golden, trusted_subclasses)
     for label, backend, device in found:
-        actual = run_artifact(bundle, backend, device, inputs, golden)
+        actual = run_artifact(bundle, backend, device, inputs, golden, trusted_subclasses)
         report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
 
     if samples and model:
-        report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override)
+        report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses)
     elif samples:
         report.skipped.append("random samples: no model file given (model=, --model)")
     return report
 
 
-def _rebuilt_eager(bundle, source, checkpoint, found, samples, override) -> list[Check]:
+def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=()) -> list[Check]:
     from aotc.model_file import load_model
     from aotc.runtime.inputs import random_inputs
 
@@ -215,11 +218,12 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override) -> list
     in_spec = pytree.treespec_loads(bundle.signature.in_spec)
     checks = []
     for sample in range(samples):
-        inputs = random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True)
+        inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),
+                               trusted)
         expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
                              spec.loss, grad_seed=sample + 1)
         for label, backend, device in found:
-            actual = run_artifact(bundle, backend, device, inputs, expected)
+            actual = run_artifact(bundle, backend, device, inputs, expected, trusted)
             checks += compare(f"{label} vs eager (sample {sample + 1})", expected, actual, {}, override)
     return checks
 

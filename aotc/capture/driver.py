@@ -19,7 +19,8 @@ from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.capture import eager_check
 from aotc.capture.dynamic_shapes import declared_ranges
 from aotc.capture.finish import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
-from aotc.capture.inputs import check_plain_tensors, duplicate_positions, flat_user_names, value_range
+from aotc.capture import subclasses
+from aotc.capture.inputs import check_tensors, duplicate_positions, flat_user_names, value_range
 from aotc.capture.metadata import (
     alias_groups,
     build_program_meta,
@@ -58,6 +59,9 @@ class CaptureContext:
     in_spec: pytree.TreeSpec
     duplicates: dict[int, int]
     eager: eager_check.EagerCall
+    # where the model's tensor subclasses are; the fields above are then the dense view
+    # (each subclass input as its inner tensors, see capture.subclasses)
+    subclasses: subclasses.SubclassPlan | None = None
 
     def program(self) -> Program:
         """A fresh Program: the model, followed by the loss only for a joint graph."""
@@ -84,17 +88,27 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
 
     user_names, user_paths = flat_user_names(model, args, kwargs)
     flat_user, in_spec = pytree.tree_flatten((args, kwargs))
-    check_plain_tensors(model, flat_user, user_names)
+    check_tensors(model, flat_user, user_names)
+    plan = subclasses.plan(model, flat_user, user_names, in_spec)
+    if plan is not None:
+        dense = plan.dense_tree(flat_user)
+        user_paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(dense)[0]]
+        flat_user, in_spec = pytree.tree_flatten(dense)
+        user_names = plan.dense_names()
 
     was_training = model.training
     model.train(training)
     try:
         program = Program(model, loss if options.mode == "joint" else None)
-        eager = eager_check.observe(program, flat_user, in_spec, training=options.mode != "inference")
+        observed = program if plan is None else subclasses.DenseProgram(program, plan)
+        eager = eager_check.observe(observed, flat_user, in_spec, training=options.mode != "inference")
+        duplicates = duplicate_positions(flat_user)
+        if plan is not None:
+            _check_subclass_capture(plan, options, duplicates, flat_user, user_names)
         ctx = CaptureContext(
             model=model, loss=loss, options=options, training=training,
             user_names=user_names, user_paths=user_paths, flat_user=flat_user, in_spec=in_spec,
-            duplicates=duplicate_positions(flat_user), eager=eager,
+            duplicates=duplicates, eager=eager, subclasses=plan,
         )
         try:
             return _capture(ctx, use_export=True)
@@ -114,6 +128,21 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
         model.train(was_training)
 
 
+def _check_subclass_capture(plan, options: CaptureOptions, duplicates, flat_user, user_names) -> None:
+    if options.mode == "joint" and plan.outputs:
+        raise CaptureError(
+            f"the loss is a {plan.outputs[0].class_name.rpartition(':')[2]}; a joint graph needs a plain scalar "
+            "loss. Reduce the subclass to a plain tensor in loss(), or export forward+backward graphs (--autograd)."
+        )
+    if duplicates or storage_groups(flat_user):
+        names = sorted({user_names[i] for group in storage_groups(flat_user) for i in group} |
+                       {user_names[i] for i in duplicates})
+        raise CaptureError(
+            f"inputs {', '.join(names)} share memory in a model with tensor subclasses; aotc captures "
+            "subclass models with inputs that are separate tensors. Pass separate tensors."
+        )
+
+
 class _Disagreement(Exception):
     def __init__(self, problems: list[str]):
         super().__init__("; ".join(problems))
@@ -131,7 +160,13 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         # the start; the runtime switches the caller's tensor on before the graph runs
         if clones[i].is_leaf:
             clones[i].requires_grad_(True)
-    c_args, c_kwargs = pytree.tree_unflatten([clones[i] for i in range(len(ctx.flat_user))], ctx.in_spec)
+    plan = ctx.subclasses
+    dense_clones = [clones[i] for i in range(len(ctx.flat_user))]
+    if plan is None:
+        c_args, c_kwargs = pytree.tree_unflatten(dense_clones, ctx.in_spec)
+    else:  # torch's tracers take the subclasses themselves
+        outer_clones = plan.outer_inputs(dense_clones)
+        c_args, c_kwargs = pytree.tree_unflatten(outer_clones, plan.outer_in_spec)
 
     names = Names(ctx.user_names, state_aliases(ctx.model))
     program = ctx.program()
@@ -171,14 +206,16 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         fake_user = [ep.graph.find_nodes(op="placeholder", target=s.arg.name)[0].meta["val"] for s in user_specs]
         for j, i in ctx.duplicates.items():
             fake_user[j] = fake_user[i]
-        for f, t in zip(fake_user, clones.values()):
+        for f, t in zip(fake_user, clones.values() if plan is None else outer_clones):
             if isinstance(f, torch.Tensor) and t.requires_grad and not f.requires_grad:
                 f.requires_grad_(True)
     else:
         gm = program
         grad_mode_after = None
-        fake_user = [clones[i] for i in range(len(ctx.flat_user))]
-    f_args, f_kwargs = pytree.tree_unflatten(fake_user, ctx.in_spec)
+        fake_user = dense_clones if plan is None else outer_clones
+    f_args, f_kwargs = pytree.tree_unflatten(fake_user, ctx.in_spec if plan is None else plan.outer_in_spec)
+    if plan is not None:  # the rest of capture sees the dense view
+        fake_user = plan.dense_inputs(fake_user)
     if ep is not None:  # its module takes keyword inputs positionally (see _export_program)
         f_args, f_kwargs = (*f_args, *f_kwargs.values()), {}
 
@@ -186,11 +223,13 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         names.state(k): v.detach()
         for k, v in [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
     }
+    if plan is not None:
+        state = subclasses.dense_state(state)
     if aliased:
         on_storage = {i for group in aliased for i in group}
         metadata_mutated = tuple(i for i in ctx.eager.metadata_mutated if i in on_storage)
         names = dataclasses.replace(names, metadata_mutated=metadata_mutated)
-    jgm, fw_metadata, out_spec, partitioned = aot_capture(ctx.model, gm, f_args, f_kwargs, ctx.options)
+    jgm, fw_metadata, out_spec, partitioned = aot_capture(ctx.model, gm, f_args, f_kwargs, ctx.options, plan)
 
     # Everything below runs on real tensors, outside AOTAutograd's fake mode.
     primal_nodes = [p for p in graph_placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]
@@ -271,6 +310,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         partitioner=ctx.options.partitioner if ctx.options.mode == "autograd" else None,
         state_aliases=names.aliases,
         small_sizes=small_sizes,
+        subclasses=None if plan is None else plan.schema(),
         non_persistent_buffers=[
             f"{prefix}.{name}" if prefix else name
             for prefix, module in ctx.model.named_modules()

@@ -9,6 +9,7 @@ import torch
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
 from aotc.model_file import forward_arg_names
+from aotc.subclasses import check_capturable, is_subclass
 
 
 def flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:
@@ -30,23 +31,19 @@ def flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[s
     return names, paths
 
 
-def check_plain_tensors(module: torch.nn.Module, flat: list[Any], names: list[str]) -> None:
+def check_tensors(module: torch.nn.Module, flat: list[Any], names: list[str]) -> None:
+    """Inputs must be tensors; subclasses (inputs, parameters, buffers) ones aotc can store."""
     for name, value in zip(names, flat):
         if not isinstance(value, torch.Tensor):
             raise CaptureError(
                 f"Input '{name}' is a {type(value).__name__}; aotc bundles take tensors only. "
                 "Make it a tensor, or bake the constant into the model."
             )
-        if type(value) not in (torch.Tensor, torch.nn.Parameter):
-            raise CaptureError(
-                f"Input '{name}' is a {type(value).__name__}: tensor subclasses (DTensor, "
-                "nested tensors, ...) are not supported in aotc v1. Pass a plain tensor."
-            )
+        if is_subclass(value):
+            check_capturable(value, name)
     for fqn, t in [*module.named_parameters(), *module.named_buffers()]:
-        if type(t) not in (torch.Tensor, torch.nn.Parameter):
-            raise CaptureError(
-                f"'{fqn}' is a {type(t).__name__}: tensor subclasses are not supported in aotc v1."
-            )
+        if is_subclass(t):
+            check_capturable(t, fqn)
 
 
 def duplicate_positions(flat_user: list[Any]) -> dict[int, int]:

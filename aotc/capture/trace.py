@@ -16,6 +16,7 @@ from aotc._torch_compat import pytree
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.metadata import check_scalar_loss, graph_placeholders
 from aotc.capture.program import Program
+from aotc.capture.subclasses import SubclassPlan, desugar, with_outer_requires_grad
 from aotc.capture.types import CaptureOptions
 from aotc.errors import CaptureError
 
@@ -36,9 +37,13 @@ def export_program(program: Program, args, kwargs, dynamic_shapes) -> ExportedPr
     )
 
 
-def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
+def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_plan: SubclassPlan | None = None):
     """AOTAutograd's graph, metadata and out spec; for "autograd", the partitioned
-    (forward, backward) graphs too. AOTAutograd's fake mode is active only in here."""
+    (forward, backward) graphs too. AOTAutograd's fake mode is active only in here.
+
+    With tensor subclasses (`subclass_plan`), AOTAutograd traces their inner tensors;
+    the graphs' descriptors, the metadata and the out spec returned are of that dense view.
+    """
     grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
     with contextlib.ExitStack() as stack, grad_ctx:
         stack.enter_context(tc.eager_dropout())
@@ -66,10 +71,14 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
                 f"{type(e).__name__}: {first_line(e)}"
             ) from e
         jgm = jd.graph_module
+        if subclass_plan is not None:
+            desugar(jgm, subclass_plan)
         if options.mode == "joint":
             check_scalar_loss(jgm)
         is_joint_graph = any(isinstance(p.meta.get("desc"), tc.TangentAOTInput) for p in graph_placeholders(jgm))
-        fw_metadata = jd._aot_state.fw_metadata
+        fw_metadata = tc.dense_fw_metadata(jd)
+        if subclass_plan is not None:
+            fw_metadata = with_outer_requires_grad(fw_metadata, jgm, subclass_plan)
         if options.mode == "inference" and is_joint_graph:
             raise CaptureError(
                 f"{type(model).__name__}.forward gives an output that requires grad even under "
@@ -110,7 +119,11 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions):
                     f"{type(e).__name__}: {first_line(e)}"
                 ) from e
             partitioned = (recorded["forward"], recorded["backward"])
-        return jgm, fw_metadata, jd.out_spec, partitioned
+            if subclass_plan is not None:
+                for graph in partitioned:
+                    desugar(graph, subclass_plan)
+        out_spec = jd.out_spec if subclass_plan is None else subclass_plan.dense_out_spec
+        return jgm, fw_metadata, out_spec, partitioned
 
 
 def _detached(tree):

@@ -9,7 +9,7 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.capture.finish import CapturedGraph
-from aotc.schema import ProgramMeta, TensorMeta, UserInput
+from aotc.schema import ProgramMeta, Subclasses, TensorMeta, UserInput
 
 # Which graphs each capture mode produces.
 MODES: dict[str, tuple[str, ...]] = {
@@ -51,3 +51,5 @@ class Capture:
     # symbol -> the smallest size the trace assumed, where the user declared a smaller one;
     # the exporter runs the sizes in between against eager before it accepts them
     small_sizes: dict[str, int] = field(default_factory=dict)
+    # where the eager model had tensor subclasses (None: it had none)
+    subclasses: Subclasses | None = None

@@ -11,13 +11,15 @@ BACKENDS = ("auto", "fx", "aoti", "onnx")
 MODES = ("eval", "train")
 
 
-def load(path, backend: str = "auto", device=None, mode: str = "eval") -> LoadedModule:
+def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_subclasses=()) -> LoadedModule:
     """Load the bundle at `path` as an nn.Module that behaves like the eager model.
 
     `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
     forward+backward bundle (call it, then .backward()) or a joint one (`train_step`).
     `backend`: "aoti" (compiled artifacts), "fx" (the ExportedPrograms), "onnx"
     (onnxruntime), or "auto": aoti when the bundle has artifacts for the device, else fx.
+    `trusted_subclasses`: tensor classes (`"module:Class"` or the class) the bundle may
+    make aotc import, besides torch's and torchao's own (see aotc.subclasses).
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
@@ -36,6 +38,9 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
             "mode='eval', or export training graphs (graphs=(\"forward\", \"backward\") or (\"joint\",); "
             "aotc export --autograd or --joint)."
         )
+    from aotc.subclasses import check_trust
+
+    check_trust(bundle.metadata.subclasses, trusted_subclasses)  # before any artifact is loaded
     device = resolve_device(device)
     from aotc import formats
 
@@ -46,7 +51,7 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval") -> Loaded
         backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
     graphs = {kind: formats.get(backend).load_graph(bundle, kind, device) for kind in kinds}
     try:
-        return LoadedModule(bundle, graphs, device, mode, backend)
+        return LoadedModule(bundle, graphs, device, mode, backend, trusted_subclasses)
     except AotcError:
         raise
     except (KeyError, ValueError, IndexError, TypeError, AttributeError) as e:

@@ -19,6 +19,7 @@ from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
 from aotc.runtime.epilogue import Epilogue
 from aotc.runtime.inputs import build_checks, build_guard
 from aotc.runtime.state import populate, slot_getter
+from aotc.runtime.subclasses import SubclassLayer
 from aotc.schema import GraphSignature, ProgramMeta
 
 Graph = Callable[..., tuple]
@@ -36,7 +37,7 @@ class Program:
     """One captured program (inference, forward+backward, or joint) ready to call."""
 
     def __init__(self, root: nn.Module, kind: str, signature: GraphSignature, meta: ProgramMeta,
-                 training: bool, user_inputs, graph: Graph, user_meta):
+                 training: bool, user_inputs, graph: Graph, user_meta, subclasses: SubclassLayer | None = None):
         self.kind = kind
         self.signature = signature
         self.graph = graph
@@ -45,7 +46,9 @@ class Program:
         for slot in signature.inputs:
             if slot.role == "constant":
                 continue  # passed by the graph wrapper (see with_constants)
-            if slot.role in ("parameter", "buffer"):
+            if subclasses is not None and slot.target in subclasses.owner:
+                self.sources.append(("inner", slot.target, None))  # a subclass's inner tensor
+            elif slot.role in ("parameter", "buffer"):
                 self.sources.append(("state", *slot_getter(root, slot.target)))
             elif slot.role == "synthetic_base":
                 self.sources.append(("base", slot.index, None))
@@ -68,6 +71,7 @@ class Program:
         # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
         kinds = [src for src, _, _ in self.sources]
         self._layout_simple = kinds == ["state"] * len(self._state) + ["user"] * len(self._user)
+        self._dense_state = subclasses.dense_state if subclasses is not None and "inner" in kinds else None
 
     def check_static_shapes(self, flat) -> None:
         for k, (name, shape) in self.static_shapes.items():
@@ -80,16 +84,23 @@ class Program:
     def primals(self, flat) -> list:
         if self._layout_simple:
             return [table[name] for table, name in self._state] + [flat[i] for i in self._user]
+        dense = self._dense_state() if self._dense_state is not None else {}
         return [
-            table[name] if src == "state" else synthetic_base(flat[table]) if src == "base" else flat[table]
+            table[name] if src == "state" else synthetic_base(flat[table]) if src == "base"
+            else dense[table] if src == "inner" else flat[table]
             for src, table, name in self.sources
         ]
+
+
+def _accumulate(target: torch.Tensor, grad: torch.Tensor) -> None:
+    target.grad = grad.clone() if target.grad is None else target.grad + grad
 
 
 class LoadedModule(nn.Module):
     """A bundle as an nn.Module. Call it like the original model; `train_step` for joint bundles."""
 
-    def __init__(self, bundle: Bundle, graphs: dict[str, Graph], device: torch.device, mode: str, backend: str):
+    def __init__(self, bundle: Bundle, graphs: dict[str, Graph], device: torch.device, mode: str, backend: str,
+                 trusted_subclasses=()):
         super().__init__()
         self.bundle_path = str(bundle.path)
         self.backend = backend
@@ -104,6 +115,13 @@ class LoadedModule(nn.Module):
                     requires_grad[inp.name] = inp.requires_grad
         stored = bundle.weights()
         weights = {name: stored[name].to(device) for name in state_roles}
+        self._subclasses = None
+        if meta.subclasses is not None:
+            layer = self._subclasses = SubclassLayer(meta.subclasses, trusted_subclasses)
+            weights = layer.outer_weights(weights)
+            for fqn, names in layer.inner_state.items():
+                state_roles[fqn] = state_roles[names[0]]
+                requires_grad[fqn] = layer.state_requires_grad[fqn]
         graphs = {kind: with_constants(g, sig.graphs[kind], stored, device) for kind, g in graphs.items()}
         populate(
             self,
@@ -113,6 +131,8 @@ class LoadedModule(nn.Module):
             aliases=sig.state_aliases,
             non_persistent=set(sig.non_persistent_buffers),
         )
+        if self._subclasses is not None:
+            self._subclasses.bind({fqn: slot_getter(self, fqn) for fqn in self._subclasses.state})
         self._in_spec = pytree.treespec_loads(sig.in_spec)
         # Fast path: forward(*tensors) with no kwargs needs no pytree flattening.
         plain = pytree.tree_flatten((tuple(range(len(sig.user_inputs))), {}))[1]
@@ -125,7 +145,7 @@ class LoadedModule(nn.Module):
         self._graph_kinds = list(sig.graphs)
         self._programs = {
             kind: Program(self, kind, sig.graphs[kind], program_meta, meta.training, sig.user_inputs, graphs[kind],
-                          meta.user_inputs)
+                          meta.user_inputs, self._subclasses)
             for kind, program_meta in meta.programs.items()
         }
         self._training_graphs = None  # a forward bundle with no backward has nothing to differentiate
@@ -140,7 +160,9 @@ class LoadedModule(nn.Module):
     # ----------------------------------------------------------------- the call path
 
     def _flatten(self, args: tuple, kwargs: dict) -> list:
-        if not kwargs and len(args) == self._plain_arity:
+        if self._subclasses is not None:
+            flat = self._subclasses.dense_inputs(args, kwargs)
+        elif not kwargs and len(args) == self._plain_arity:
             flat = args
         else:
             flat, spec = pytree.tree_flatten((args, kwargs))
@@ -159,6 +181,8 @@ class LoadedModule(nn.Module):
         )
 
     def _unflatten(self, outputs: list):
+        if self._subclasses is not None:
+            return self._subclasses.outer_outputs(outputs)
         if self._out_is_leaf:
             return outputs[0]
         return pytree.tree_unflatten(outputs, self._out_spec)
@@ -221,7 +245,7 @@ class LoadedModule(nn.Module):
         else:
             outs = program.graph(*primals)
         epilogue = program.epilogue
-        if epilogue.trivial:
+        if epilogue.trivial and self._subclasses is None:
             if self._out_is_leaf:
                 return outs[epilogue.outputs[0].output]
             return pytree.tree_unflatten([outs[p.output] for p in epilogue.outputs], self._out_spec)
@@ -262,14 +286,22 @@ class LoadedModule(nn.Module):
             raise GraphRunError(self._failure("joint", e, flat)) from e
         names = [s.name for s in program.signature.inputs]
         loss = None
+        layer = self._subclasses
+        inner_grads = {}
         with torch.no_grad():
             for slot, value in zip(program.signature.outputs, outs):
                 if slot.role == "loss":
                     loss = value
                 elif slot.role == "gradient":
-                    target = primals[names.index(slot.name.removeprefix("grad:"))]
+                    name = slot.name.removeprefix("grad:")
+                    if layer is not None and name in layer.owner:
+                        inner_grads[name] = value  # a subclass parameter's: set below, as the subclass
+                        continue
+                    target = primals[names.index(name)]
                     if target.requires_grad or slot.index is None:
-                        target.grad = value.clone() if target.grad is None else target.grad + value
+                        _accumulate(target, value)
+            for fqn, grad in (layer.outer_grads(inner_grads) if layer is not None else {}).items():
+                _accumulate(self.get_parameter(fqn), grad)
         return loss
 
     def _program_for_call(self) -> Program:
