@@ -69,7 +69,8 @@ def _child(spec: dict) -> None:
     if spec["variant"].startswith("aotc"):
         import aotc
 
-        model = aotc.load(bundle.path, backend=spec["backend"], device=device, mode="train" if train else "eval")
+        model = aotc.load(bundle.path, backend=spec["backend"], device=device, mode="train" if train else "eval",
+                          trusted_subclasses=spec["trusted"])
     else:
         from aotc.model_file import load_model
 
@@ -82,7 +83,7 @@ def _child(spec: dict) -> None:
         from aotc.model_file import load_model
 
         loss_fn = load_model(spec["source"]).loss
-    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), _golden_inputs(bundle, _golden(bundle)))
+    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), _golden_inputs(bundle, _golden(bundle), spec["trusted"]))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
 
     def step():
@@ -151,7 +152,8 @@ def run_variant(variant: str, spec: dict, env: dict | None = None) -> Result:
 
 
 def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: int = 10, device: str = "cpu",
-          train: bool = False, threads: int = 1, on_variant=None, model: str | None = None) -> list[Result]:
+          train: bool = False, threads: int = 1, on_variant=None, model: str | None = None,
+          trusted_subclasses=()) -> list[Result]:
     """Benchmark every backend of the bundle (or `backends`) and the baselines, which
     rebuild eager from `model` (a model file or pkg.mod:factory the caller names; a path
     recorded in the bundle is never imported)."""
@@ -179,7 +181,8 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
             "a bundle names."
         )
     spec = {"bundle": str(bundle.path), "source": source, "device": device, "iters": iters, "warmup": warmup,
-            "train": training, "threads": threads, "backend": None}
+            "train": training, "threads": threads, "backend": None,
+            "trusted": [t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for t in trusted_subclasses]}
     results = []
     variants = [(f"aotc {label}", {"backend": backend}) for label, backend in available]
     variants += [("eager", {})] if "eager" in baselines else []

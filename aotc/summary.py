@@ -36,6 +36,41 @@ def constants(bundle: Bundle) -> list[dict[str, Any]]:
     ]
 
 
+def subclasses(bundle: Bundle) -> list[dict[str, Any]]:
+    """Every tensor that was a subclass in the eager model: where, its class, and the
+    inner tensors the graphs take (dtype and shape from the weights' header or metadata)."""
+    info = bundle.metadata.subclasses
+    if info is None:
+        return []
+    from aotc.archives import check_safetensors
+    from aotc.bundle import WEIGHTS
+    from aotc.subclasses import inner_names
+
+    header = check_safetensors(bundle.path / WEIGHTS)
+    user = {u.name: t for u, t in zip(bundle.signature.user_inputs, bundle.metadata.user_inputs)}
+    rows = []
+    kinds = {i.name: i.kind for program in bundle.metadata.programs.values() for i in program.inputs}
+    groups = [(kinds.get(inner_names(fqn, meta)[0], "parameter"), fqn, fqn, meta) for fqn, meta in info.state.items()]
+    groups += [("input", info.input_names[int(k)], info.input_names[int(k)], meta) for k, meta in info.inputs.items()]
+    groups += [("output", f"output {k}", None, meta) for k, meta in info.outputs.items()]
+    for where, name, prefix, meta in groups:
+        inner = []
+        for inner_name in inner_names(prefix or name, meta):
+            if where in ("parameter", "buffer"):
+                found = header.get(inner_name, {})
+                dtype, shape = found.get("dtype"), found.get("shape")
+            elif where == "input":
+                t = user.get(inner_name)
+                dtype, shape = (t.dtype, t.shape) if t else (None, None)
+            else:
+                dtype = shape = None
+            inner.append({"name": inner_name, "dtype": dtype, "shape": shape})
+        rows.append({"where": where, "name": name, "class": meta.class_name, "dtype": meta.dtype,
+                     "shape": meta.shape, "requires_grad": meta.requires_grad, "context": meta.context,
+                     "inner": inner})
+    return rows
+
+
 def describe(bundle: Bundle) -> dict[str, Any]:
     """The whole of a bundle's manifest, signatures and metadata, plus derived facts."""
     m = bundle.manifest
@@ -60,5 +95,6 @@ def describe(bundle: Bundle) -> dict[str, Any]:
         "user_inputs": to_json(bundle.signature.user_inputs),
         "graphs": graphs,
         "constants": constants(bundle),
+        "subclasses": subclasses(bundle),
         "metadata": to_json(bundle.metadata),
     }

@@ -115,3 +115,10 @@ class Phases:
         if self._status is not None:
             self._status.stop()
         self._current = None
+
+
+# Tensor classes a bundle may make aotc import (besides torch's and torchao's own).
+trust_option = click.option(
+    "--trust", "trusted", multiple=True, metavar="MODULE:CLASS",
+    help="Trust this tensor subclass (repeatable): aotc imports its module to rebuild the bundle's tensors "
+         "of that class. torch's and torchao's own classes are trusted already.")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
 
 
 @click.command("bench")
@@ -20,10 +20,12 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--threads", default=1, show_default=True, help="torch threads in each variant's process.")
 @click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
+@trust_option
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, train, as_json, debug):
+def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, train, trusted, as_json,
+                  debug):
     """Time every backend of BUNDLE against eager and torch.compile, side by side.
 
     Each variant runs in a fresh process: cold start is the time from process start to
@@ -48,7 +50,7 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
                   transient=True) as progress:
         task = progress.add_task("starting", total=None)
         results = bench(bundle, backends=backends or None, baselines=chosen, iters=iters, warmup=warmup,
-                        device=device, train=train, threads=threads, model=model,
+                        device=device, train=train, threads=threads, model=model, trusted_subclasses=trusted,
                         on_variant=lambda name: progress.update(task, description=f"timing {name}"))
     if as_json:
         emit_json({"bundle": str(bundle), "device": device, "train": train, "results": results_json(results)})

@@ -114,6 +114,16 @@ def _render(info: dict, top_ops: int) -> None:
             consts.add_row(c["name"], c["graph"], str(c["dtype"]), str(c["shape"]))
         out.print(consts)
 
+    if info["subclasses"]:
+        subs = _table("Tensor subclasses (the graphs take their inner tensors)", "where", "name", "class", "shape",
+                      "dtype", "inner tensors")
+        for row in info["subclasses"]:
+            inner = "; ".join(f"{i['name'].rpartition(':')[2] if row['where'] != 'output' else i['name']} "
+                              f"{i['dtype'] or ''} {list(i['shape']) if i['shape'] is not None else ''}".strip()
+                              for i in row["inner"])
+            subs.add_row(row["where"], row["name"], row["class"], str(tuple(row["shape"])), row["dtype"], inner)
+        out.print(subs)
+
     for kind, g in info["graphs"].items():
         sig = g["signature"]
         roles: dict[str, int] = {}

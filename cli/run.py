@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from aotc.cli.options import GenerateOptions, RunOptions, grouped
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
 from aotc.errors import AotcError
 
 
@@ -107,12 +107,14 @@ def _generate(info, gen: GenerateOptions, run: RunOptions, as_json: bool):
 @click.option("--temperature", type=float, default=1.0, show_default=True, help="With --do-sample.")
 @click.option("--top-k", type=click.IntRange(min=1), help="With --do-sample: keep the k most likely tokens.")
 @click.option("--top-p", type=click.FloatRange(0, 1), help="With --do-sample: keep the most likely tokens up to this probability.")
+@trust_option
 @json_option
 @debug_option
 @handles_errors
 @grouped(RunOptions, "run")
 @grouped(GenerateOptions, "gen")
-def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, as_json: bool, debug: bool):
+def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tuple[str, ...], as_json: bool,
+                debug: bool):
     """Load BUNDLE and call it once; print a summary of the outputs.
 
     Without --inputs, random inputs shaped like the example inputs are used. A joint
@@ -131,6 +133,7 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, as_json: bo
     from aotc._torch_compat import pytree
     from aotc.bundle import Bundle
     from aotc.runtime.inputs import random_inputs
+    from aotc.runtime.subclasses import caller_inputs
 
     info = Bundle.open(bundle)
     if gen.prompt_ids is not None:
@@ -140,15 +143,16 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, as_json: bo
     if mode is None:
         mode = "eval" if {"inference", "prefill"} & set(info.graph_kinds) and not info.metadata.training else "train"
     t0 = time.perf_counter()
-    module = aotc.load(bundle, backend=run.backend, device=run.device, mode=mode)
+    module = aotc.load(bundle, backend=run.backend, device=run.device, mode=mode, trusted_subclasses=trusted)
     load_s = time.perf_counter() - t0
     in_spec = pytree.treespec_loads(info.signature.in_spec)
     names = [u.name for u in info.signature.user_inputs]
     if run.inputs_path:
-        args, kwargs = _read_inputs(run.inputs_path, names, in_spec)
+        args, kwargs = caller_inputs(info, _read_inputs(run.inputs_path, names, in_spec), trusted)
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(module.device), (args, kwargs))
     else:
-        args, kwargs = random_inputs(info.metadata, in_spec, seed=run.seed, device=module.device)
+        args, kwargs = caller_inputs(info, random_inputs(info.metadata, in_spec, seed=run.seed, device=module.device),
+                                     trusted)
 
     t0 = time.perf_counter()
     if "joint" in info.graph_kinds:
@@ -162,6 +166,9 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, as_json: bo
         leaves = pytree.tree_leaves_with_path(out)
         result = {f"output{pytree.keystr(path)}": v for path, v in leaves}
     call_s = time.perf_counter() - t0
+    from aotc.subclasses import named_plain
+
+    result = dict(pair for k, v in result.items() for pair in named_plain(k, v))  # subclasses as their inner tensors
 
     if run.output_path:
         from safetensors.torch import save_file

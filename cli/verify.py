@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
+from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
 
 
 @click.command("verify")
@@ -21,10 +21,11 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @click.option("--samples", default=2, show_default=True,
               help="Random inputs (within the dynamic ranges) to compare with the rebuilt eager model.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
+@trust_option
 @json_option
 @debug_option
 @handles_errors
-def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, as_json, debug):
+def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, trusted, as_json, debug):
     """Run every artifact of BUNDLE (fx, aoti per device, onnx) and compare with eager.
 
     Integrity comes first: every file's hash, archive members, headers and metadata.
@@ -44,7 +45,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
     out = console()
     with out.status("verifying..."):
         report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples, run=not no_run,
-                        checkpoint=checkpoint)
+                        checkpoint=checkpoint, trusted_subclasses=trusted)
     if junit_path:
         junit_path.write_text(junit_xml(report))
     if as_json:
