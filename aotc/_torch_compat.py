@@ -93,10 +93,13 @@ def dense_fw_metadata(jd) -> Any:
     return jd._aot_state.fw_metadata if subclass_meta is None else subclass_meta.fw_metadata
 
 
-def grad_input_metas(jd) -> list[Any] | None:
-    """Per traced input, how AOTAutograd rebuilds its gradient (None without subclasses)."""
+def grad_input_metas(jd) -> list[tuple[Any, Any]]:
+    """(input descriptor, how AOTAutograd rebuilds its gradient) per traced input; empty
+    without subclasses or for an inference graph."""
     subclass_meta = jd._aot_graph_capture.maybe_subclass_meta
-    return None if subclass_meta is None else subclass_meta.grad_input_metas
+    if subclass_meta is None or subclass_meta.grad_input_metas is None:
+        return []
+    return list(zip(jd._aot_state.flat_args_descs, subclass_meta.grad_input_metas))
 
 
 def reference_metadata(fn, flat_args: list):

@@ -170,6 +170,12 @@ def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w
         listed |= names
     if {n for n in state if ":" in n} - listed:
         w.fail(file, "subclasses.state", "a graph takes an inner tensor of a subclass it does not describe")
+    for field, grads, of in (("state_grads", info.state_grads, info.state), ("input_grads", info.input_grads, info.inputs)):
+        for key, meta in grads.items():
+            check(meta, f"subclasses.{field}.{key}")
+            if key not in of or inner_paths(meta) != inner_paths(of[key]):
+                w.fail(file, f"subclasses.{field}.{key}", "a gradient must have the inner tensors of what it is "
+                       "the gradient of")
     for field, group, count, spec_text, total in (
         ("inputs", info.inputs, len(info.input_names), info.in_spec, len(signature.user_inputs)),
         ("outputs", info.outputs, None, info.out_spec, signature.num_user_outputs),

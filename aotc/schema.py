@@ -360,6 +360,10 @@ class Subclasses:
     in_spec: str
     out_spec: str
     input_names: list[str]
+    # how the gradient of a subclass parameter (by FQN) or input (by position) is
+    # rebuilt, as AOTAutograd traced it (SubclassMeta.grad_input_metas)
+    state_grads: dict[str, SubclassTensor] = field(default_factory=dict)
+    input_grads: dict[str, SubclassTensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -477,6 +481,8 @@ def json_schema(cls: type) -> dict[str, Any]:
 
     def schema_of(tp: Any) -> dict[str, Any]:
         origin = typing.get_origin(tp)
+        if tp is Any:
+            return {"description": "any JSON value"}
         if origin in (Union, types.UnionType):
             return {"anyOf": [schema_of(a) for a in typing.get_args(tp)]}
         if tp is type(None):

@@ -230,13 +230,24 @@ class Rebuilder:
         return self.cls.__tensor_unflatten__(inner, self.context, self.size, self.stride)
 
     def check(self, t: Any, name: str) -> None:
-        if type(t) is not self.cls:
-            from aotc.errors import InputError
+        """A caller's input must be this class with this context and size: the graphs
+        were traced for them (as torch.compile guards on them)."""
+        from aotc.errors import InputError
 
+        if type(t) is not self.cls:
             raise InputError(
-                f"input '{name}' is a {type(t).__name__}; the bundle was exported with a "
+                f"'{name}' is a {type(t).__name__}; the bundle was exported with a "
                 f"{self.cls.__name__} there."
             )
+        context = t.__tensor_flatten__()[1]
+        if context != self.context or t.size() != self.size:
+            raise InputError(
+                f"'{name}' is a {self.cls.__name__} of size {tuple(t.size())} with flatten context "
+                f"{context!r}; the bundle was exported for size {tuple(self.size)} and context {self.context!r}."
+            )
+        for attr, sub in self.inner:
+            if sub is not None:
+                sub.check(getattr(t, attr), f"{name}:{attr}")
 
 
 def resolve(meta: SubclassTensor, trusted: Iterable[str | type] = (), where: str = "") -> Rebuilder:

@@ -91,7 +91,16 @@ def _compile(path: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def compiled(sample_bundles, corpus_bundles) -> bool:
+def int8_bundle(tmp_path_factory) -> Path:
+    """sample_models/int8_mlp.py (torchao int8 weight-only) exported by the CLI, with ONNX."""
+    target = tmp_path_factory.mktemp("int8") / "int8"
+    result = invoke("export", SAMPLES / "int8_mlp.py", "--onnx", "-o", target)
+    assert result.exit_code == 0, result.stderr
+    return target
+
+
+@pytest.fixture(scope="session")
+def compiled(sample_bundles, corpus_bundles, int8_bundle) -> bool:
     """AOTInductor-compile every bundle the aoti tests use, once, two at a time.
 
     About 5 s of g++ per graph on 2 cores; the compile cache (build/aotc-cache) makes a
@@ -99,7 +108,7 @@ def compiled(sample_bundles, corpus_bundles) -> bool:
     """
     names = AOTI_CORPUS
     corpus = [str(p) for (name, _), p in corpus_bundles.items() if isinstance(p, Path) and name in names]
-    paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + corpus
+    paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + corpus + [str(int8_bundle)]
     with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
         list(pool.map(_compile, paths))
     return True

@@ -37,6 +37,17 @@ def main() -> None:
         aotc.export(spec.module, spec.args, Path(tmp) / "b", graphs=("forward", "backward"))
         for name in ("signature.json", "metadata.json"):
             _write(f"inplace-autograd/{name}", json.loads((Path(tmp) / "b" / name).read_text()))
+        aotc.export(*pair_program(), Path(tmp) / "pair", graphs=("forward", "backward"))
+        for name in ("signature.json", "metadata.json"):
+            _write(f"pair-autograd/{name}", json.loads((Path(tmp) / "pair" / name).read_text()))
+
+
+def pair_program():
+    """A model with tensor subclass parameters, input and output (tests/subclass_models.py)."""
+    from subclass_models import PairLinear, pair, pair_inputs
+
+    x, _ = pair_inputs()
+    return PairLinear(), (x, pair(2, 3, seed=4, requires_grad=True))
 
 
 if __name__ == "__main__":

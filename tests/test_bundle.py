@@ -65,6 +65,14 @@ def test_small_bundle_golden(tmp_path):
         check_golden(f"inplace-autograd/{name}", json.loads((tmp_path / "b" / name).read_text()))
 
 
+def test_subclass_bundle_golden(tmp_path):
+    from golden import pair_program
+
+    aotc.export(*pair_program(), tmp_path / "b", graphs=("forward", "backward"))
+    for name in ("signature.json", "metadata.json"):
+        check_golden(f"pair-autograd/{name}", json.loads((tmp_path / "b" / name).read_text()))
+
+
 def test_failed_write_keeps_old_bundle(tmp_path, monkeypatch):
     model = torch.nn.Linear(4, 2)
     out = tmp_path / "b"
@@ -148,5 +156,8 @@ def test_tensor_subclass_is_refused(tmp_path):
         pass
 
     x = torch.randn(3).as_subclass(Sub)
-    with pytest.raises(aotc.CaptureError, match="tensor subclasses .* are not supported in aotc v1"):
+    with pytest.raises(aotc.CaptureError, match="'t' is a Sub, which aotc cannot store: .*not a traceable wrapper"):
         aotc.export(lambda t: t + 1, (x,), tmp_path / "s")
+    jagged = torch.nested.nested_tensor_from_jagged(torch.randn(5, 2), torch.tensor([0, 2, 5]))
+    with pytest.raises(aotc.CaptureError, match="nested tensor holds rows of different lengths"):
+        aotc.export(lambda t: t + 1, (jagged,), tmp_path / "n")

@@ -96,6 +96,8 @@ class SubclassPlan:
     outer_out_spec: pytree.TreeSpec | None = None
     dense_out_spec: pytree.TreeSpec | None = None
     desugared: dict[int, Any] = field(default_factory=dict)  # descriptors already in the dense view
+    state_grads: dict[str, SubclassTensor] = field(default_factory=dict)
+    input_grads: dict[int, SubclassTensor] = field(default_factory=dict)
 
     # ------------------------------------------------------------- inputs
 
@@ -175,7 +177,48 @@ class SubclassPlan:
             in_spec=pytree.treespec_dumps(self.outer_in_spec),
             out_spec=pytree.treespec_dumps(self.outer_out_spec),
             input_names=self.outer_names,
+            state_grads=self.state_grads,
+            input_grads={str(k): v for k, v in self.input_grads.items()},
         )
+
+    def record_grads(self, grad_metas: list[tuple[Any, Any]]) -> None:
+        """How AOTAutograd rebuilds each subclass gradient: (input descriptor,
+        SubclassCreationMeta or PlainTensorMeta) per traced input."""
+        for desc, meta in grad_metas:
+            if not hasattr(meta, "attrs"):
+                continue  # a plain gradient (desugar refuses one for a subclass input)
+            described = _grad_meta(meta)
+            if isinstance(desc, (tc.ParamAOTInput, tc.BufferAOTInput)):
+                name = desc.target.removeprefix("model.")
+                of, grads, key = self.state.get(name), self.state_grads, name
+            elif isinstance(desc, tc.PlainAOTInput):
+                name = self.outer_names[desc.idx]
+                of, grads, key = self.inputs.get(desc.idx), self.input_grads, desc.idx
+            else:
+                continue
+            if of is None or inner_paths(of) != inner_paths(described):
+                raise CaptureError(
+                    f"the gradient of '{name}' is a {described.class_name.rpartition(':')[2]} with inner tensors "
+                    f"{inner_paths(described)}, unlike '{name}' itself; aotc replays gradients with the structure "
+                    f"of what they are the gradient of. Freeze '{name}', or make its gradient the same subclass."
+                )
+            grads[key] = described
+
+
+def _grad_meta(meta: Any) -> SubclassTensor:
+    """AOTAutograd's SubclassCreationMeta as aotc's SubclassTensor."""
+    from aotc.subclasses import class_name, encode_context
+
+    example = meta.original_subclass
+    cls = meta.original_subclass_type or type(example)
+    return SubclassTensor(
+        class_name=class_name(cls),
+        context=encode_context(meta.meta),
+        inner={a: _grad_meta(m) if hasattr(m, "attrs") else None for a, m in meta.attrs.items()},
+        shape=[int(s) for s in meta.outer_size],
+        stride=[int(s) for s in meta.outer_stride],
+        dtype=str(example.dtype).removeprefix("torch."),
+    )
 
 
 def _position(paths: list[tuple[str, ...]], path: tuple[str, ...], name: str) -> int:

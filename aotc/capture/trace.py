@@ -72,6 +72,7 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
             ) from e
         jgm = jd.graph_module
         if subclass_plan is not None:
+            subclass_plan.record_grads(tc.grad_input_metas(jd))
             desugar(jgm, subclass_plan)
         if options.mode == "joint":
             check_scalar_loss(jgm)

@@ -35,11 +35,12 @@ def _plain(t: torch.Tensor, r: Rebuilder) -> list[torch.Tensor]:
 
 
 class Unwrap(torch.autograd.Function):
-    """apply(rebuilder, subclass) -> its plain tensors; their gradients become its gradient."""
+    """apply(rebuilder, grad_rebuilder, subclass) -> its plain tensors; their gradients
+    become its gradient, built by `grad_rebuilder` (as AOTAutograd traced it)."""
 
     @staticmethod
-    def forward(ctx, r: Rebuilder, t: torch.Tensor):
-        ctx.r = r
+    def forward(ctx, r: Rebuilder, grad_r: Rebuilder, t: torch.Tensor):
+        ctx.r = grad_r
         ctx.meta = [(p.shape, p.dtype, p.device) for p in _plain(t, r)]
         # aliases, not the tensors themselves: autograd would otherwise rewrite the
         # history of the parameter's own inner tensors
@@ -49,7 +50,7 @@ class Unwrap(torch.autograd.Function):
     def backward(ctx, *grads):
         grads = [g if g is not None else torch.zeros(s, dtype=d, device=dev)
                  for g, (s, d, dev) in zip(grads, ctx.meta)]
-        return None, ctx.r.build(grads)
+        return None, None, ctx.r.build(grads)
 
 
 class Wrap(torch.autograd.Function):
@@ -62,14 +63,15 @@ class Wrap(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if type(grad) is not ctx.r.cls:
+        r = ctx.r
+        try:
+            r.check(grad, "the gradient of an output")
+        except InputError as e:
             from aotc.errors import GraphRunError
 
-            raise GraphRunError(
-                f"the gradient of a {ctx.r.cls.__name__} output is a {type(grad).__name__}; the bundle's "
-                f"backward takes the inner tensors of a {ctx.r.cls.__name__} (as eager's autograd would pass)."
-            )
-        return None, *_plain(grad, ctx.r)
+            raise GraphRunError(f"{e} The backward was traced for gradients like the output (e.g. "
+                                "torch.ones_like(output)).") from None
+        return None, *_plain(grad, r)
 
 
 class SubclassLayer:
@@ -83,6 +85,11 @@ class SubclassLayer:
         self.inner_state = {fqn: inner_names(fqn, m) for fqn, m in info.state.items()}
         self.owner = {name: fqn for fqn, names in self.inner_state.items() for name in names}
         self.inputs = {int(k): resolve(m, trusted, f"{where}.inputs.{k}") for k, m in info.inputs.items()}
+        # gradients as AOTAutograd traced them; where it recorded none, the tensor's own structure
+        self.state_grads = {fqn: resolve(info.state_grads[fqn], trusted, f"{where}.state_grads.{fqn}")
+                            if fqn in info.state_grads else r for fqn, r in self.state.items()}
+        self.input_grads = {k: resolve(info.input_grads[str(k)], trusted, f"{where}.input_grads.{k}")
+                            if str(k) in info.input_grads else r for k, r in self.inputs.items()}
         self.outputs = {int(k): resolve(m, trusted, f"{where}.outputs.{k}") for k, m in info.outputs.items()}
         self.in_spec = pytree.treespec_loads(info.in_spec)
         self.out_spec = pytree.treespec_loads(info.out_spec)
@@ -114,7 +121,7 @@ class SubclassLayer:
         for fqn, (table, name) in self._tables.items():
             t = table[name]
             r = self.state[fqn]
-            inner = Unwrap.apply(r, t) if grad and t.requires_grad else _plain(t, r)
+            inner = Unwrap.apply(r, self.state_grads[fqn], t) if grad and t.requires_grad else _plain(t, r)
             out.update(zip(self.inner_state[fqn], inner))
         return out
 
@@ -123,7 +130,7 @@ class SubclassLayer:
         out = {}
         for fqn, names in self.inner_state.items():
             if all(n in grads for n in names):
-                out[fqn] = self.state[fqn].build([grads[n] for n in names])
+                out[fqn] = self.state_grads[fqn].build([grads[n] for n in names])
         return out
 
     # ----------------------------------------------------------------- inputs/outputs
@@ -145,8 +152,8 @@ class SubclassLayer:
                                      "exported with a plain tensor there.")
                 dense.append(t)
                 continue
-            r.check(t, self.input_names[i])
-            dense.extend(Unwrap.apply(r, t) if grad and t.requires_grad else _plain(t, r))
+            r.check(t, f"input {self.input_names[i]}")
+            dense.extend(Unwrap.apply(r, self.input_grads[i], t) if grad and t.requires_grad else _plain(t, r))
         return dense
 
     def outer_inputs(self, dense: list) -> Any:
