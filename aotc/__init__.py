@@ -13,7 +13,7 @@ nothing; `aotc.load` runs the bundle's graphs (compiled ones are native code).
 The modules, in pipeline order: model_file (load a model file), capture/ (the capture
 package), api (export), bundle + archives + bundle_check + atomic (writing and
 checking bundles), formats (the artifact formats of exporters/), compiler (AOTInductor
-cache), runtime/ (the wrapper stack of aotc.load), observe + verify (eager parity).
+cache), runtime/ (the wrapper stack of aotc.load), observe + parity (eager parity: aotc.verify).
 
 Example::
 
@@ -38,7 +38,7 @@ _EXPORTS = {
     "export": "aotc.api",
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
-    "verify": "aotc.verify",
+    "verify": "aotc.parity",
     "generate": "aotc.generation",
     "export_generation": "aotc.generation",
     "Bundle": "aotc.bundle",

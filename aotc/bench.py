@@ -56,7 +56,7 @@ def _child(spec: dict) -> None:
 
     from aotc._torch_compat import pytree
     from aotc.bundle import Bundle
-    from aotc.verify import _golden, _golden_inputs
+    from aotc.parity import _golden, _golden_inputs
 
     torch.set_num_threads(spec["threads"])
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
@@ -159,7 +159,7 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     recorded in the bundle is never imported)."""
     from aotc.bundle import Bundle
     from aotc.errors import AotcError
-    from aotc.verify import artifacts
+    from aotc.parity import artifacts
 
     bundle = Bundle.open(path)
     found, _ = artifacts(bundle)

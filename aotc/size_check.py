@@ -40,7 +40,7 @@ def _cut(flat: list, metas: list[TensorMeta], symbol: str, size: int) -> list | 
 def _replays(root: Path, module, inputs, names, mode: str, loss, training: bool) -> bool:
     from aotc.bundle import Bundle
     from aotc.reference import run_eager
-    from aotc.verify import compare, run_artifact
+    from aotc.parity import compare, run_artifact
 
     try:
         expected = run_eager(copy.deepcopy(module).train(training), *inputs, names, mode, loss)

@@ -40,7 +40,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
       aotc verify bundles/mlp-joint --atol 1e-5 --rtol 1e-4 --json --junit report.xml
       aotc verify downloaded-bundle --no-run
     """
-    from aotc.verify import junit_xml, verify
+    from aotc.parity import junit_xml, verify
 
     out = console()
     with out.status("verifying..."):

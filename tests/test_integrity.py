@@ -241,7 +241,7 @@ def _staging_dirs(parent: Path) -> list[str]:
 
 def _complete(path: Path) -> str:
     """The bundle's creation stamp, after checking it is whole."""
-    from aotc.verify import integrity
+    from aotc.parity import integrity
 
     bundle = Bundle.open(path)
     integrity(bundle)

@@ -134,6 +134,11 @@ def _check_subclass_capture(plan, options: CaptureOptions, duplicates, flat_user
             f"the loss is a {plan.outputs[0].class_name.rpartition(':')[2]}; a joint graph needs a plain scalar "
             "loss. Reduce the subclass to a plain tensor in loss(), or export forward+backward graphs (--autograd)."
         )
+    if options.mode == "joint" and any(m.requires_grad for m in plan.inputs.values()):
+        raise CaptureError(
+            "a joint graph fills .grad of parameters and plain inputs; a tensor subclass input that requires "
+            "grad needs forward+backward graphs (--autograd), whose backward rebuilds its gradient."
+        )
     if duplicates or storage_groups(flat_user):
         names = sorted({user_names[i] for group in storage_groups(flat_user) for i in group} |
                        {user_names[i] for i in duplicates})
