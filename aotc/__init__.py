@@ -13,7 +13,9 @@ nothing; `aotc.load` runs the bundle's graphs (compiled ones are native code).
 The modules, in pipeline order: model_file (load a model file), capture/ (the capture
 package), api (export), bundle + archives + bundle_check + atomic (writing and
 checking bundles), formats (the artifact formats of exporters/), compiler (AOTInductor
-cache), runtime/ (the wrapper stack of aotc.load), observe + parity (eager parity: aotc.verify).
+cache), runtime/ (the wrapper stack of aotc.load), observe + parity (eager parity: aotc.verify);
+subclasses (tensor subclasses: how they are described, and the trust list; capture/ and
+runtime/ each have the module for their side).
 
 Example::
 
@@ -53,6 +55,7 @@ _EXPORTS = {
     "GraphRunError": "aotc.errors",
     "DeviceError": "aotc.errors",
     "MissingDependencyError": "aotc.errors",
+    "UntrustedSubclassError": "aotc.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -99,3 +99,16 @@ class NestedScale(nn.Module):
 
     def forward(self, x):
         return (x * self.scale + self.offset).sum(dim=0)
+
+
+class MutatesPairs(nn.Module):
+    """Changes a subclass input and a subclass buffer in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", pair(3, seed=11))
+
+    def forward(self, x, y):
+        y.add_(1.0)
+        self.count.mul_(2.0)
+        return x + y + self.count

@@ -15,7 +15,7 @@ import torch
 import aotc
 from aotc.errors import BundleError, CaptureError, InputError, UntrustedSubclassError
 from conftest import SAMPLES, invoke, rehash
-from subclass_models import NestedScale, OpaquePair, PairLinear, PairTensor, pair, pair_inputs
+from subclass_models import MutatesPairs, NestedScale, OpaquePair, PairLinear, PairTensor, pair, pair_inputs
 
 TRUST = ["subclass_models:PairTensor"]
 
@@ -93,6 +93,17 @@ def test_nested_subclass_parameter(pair_bundles):
     assert_same(train_module.scale.grad, model.scale.grad, exact=False)
     report = aotc.verify(pair_bundles[("nested", "train")], trusted_subclasses=TRUST)
     assert report.ok and report.checks
+
+
+def test_mutations_of_subclass_inputs_and_buffers_reach_the_caller(tmp_path):
+    model = MutatesPairs()
+    x, y = torch.randn(3), pair(3, seed=12)
+    aotc.export(model, (x, y.clone()), tmp_path / "b")
+    loaded = aotc.load(tmp_path / "b", trusted_subclasses=TRUST)
+    y_eager, y_loaded = y.clone(), y.clone()
+    assert_same(loaded(x, y_loaded), model(x, y_eager))
+    assert_same(y_loaded, y_eager)  # the caller's own PairTensor changed, as in eager
+    assert_same(loaded.count, model.count)
 
 
 def test_untrusted_class_is_refused_before_any_import(pair_bundles, monkeypatch):
