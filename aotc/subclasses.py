@@ -218,6 +218,22 @@ class Rebuilder:
     stride: tuple[int, ...]
     count: int  # plain tensors it takes
 
+    @classmethod
+    def of(cls, t: torch.Tensor) -> Rebuilder:
+        """The rebuilder of `t` itself (capture: its class and context as they are in memory)."""
+        attrs, context = t.__tensor_flatten__()
+        inner = tuple((a, cls.of(getattr(t, a)) if is_subclass(getattr(t, a)) else None) for a in attrs)
+        count = sum(1 if sub is None else sub.count for _, sub in inner)
+        return cls(type(t), context, inner, t.size(), tuple(t.stride()), count)
+
+    def plain(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """The plain tensors inside `t`, in the order `build` takes them (fake tensors too)."""
+        out = []
+        for attr, sub in self.inner:
+            value = getattr(t, attr)
+            out.extend([value] if sub is None else sub.plain(value))
+        return out
+
     def build(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         inner, at = {}, 0
         for attr, sub in self.inner:

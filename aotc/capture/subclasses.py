@@ -30,46 +30,7 @@ from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
 from aotc.schema import Subclasses, SubclassTensor
-from aotc.subclasses import describe, inner_names, inner_paths, is_subclass, plain_tensors
-
-
-@dataclass(frozen=True)
-class Builder:
-    """Rebuilds one subclass from its plain tensors, with the class and context of the
-    example it was described from (capture-time: no import by name)."""
-
-    cls: type
-    context: Any
-    inner: tuple[tuple[str, Builder | None], ...]
-    size: torch.Size
-    stride: tuple[int, ...]
-    count: int
-
-    @classmethod
-    def of(cls, t: torch.Tensor) -> Builder:
-        attrs, context = t.__tensor_flatten__()
-        inner = tuple((a, cls.of(getattr(t, a)) if is_subclass(getattr(t, a)) else None) for a in attrs)
-        count = sum(1 if b is None else b.count for _, b in inner)
-        return cls(type(t), context, inner, t.size(), tuple(t.stride()), count)
-
-    def build(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        inner, at = {}, 0
-        for attr, sub in self.inner:
-            n = 1 if sub is None else sub.count
-            inner[attr] = tensors[at] if sub is None else sub.build(tensors[at : at + n])
-            at += n
-        return self.cls.__tensor_unflatten__(inner, self.context, self.size, self.stride)
-
-
-def _inner_tensors(t: torch.Tensor, meta: SubclassTensor) -> list[torch.Tensor]:
-    """The plain tensors inside `t` along `meta`'s paths (works on fake subclasses too)."""
-    out = []
-    for path in inner_paths(meta):
-        value = t
-        for attr in path:
-            value = getattr(value, attr)
-        out.append(value)
-    return out
+from aotc.subclasses import Rebuilder, describe, inner_names, inner_paths, is_subclass, plain_tensors
 
 
 def _as_dict(t: torch.Tensor) -> dict:
@@ -87,7 +48,7 @@ class SubclassPlan:
 
     state: dict[str, SubclassTensor]  # parameter/buffer FQN -> its description
     inputs: dict[int, SubclassTensor]  # outer flat user input -> its description
-    builders: dict[int, Builder]
+    builders: dict[int, Rebuilder]
     outer_names: list[str]
     outer_in_spec: pytree.TreeSpec
     dense_start: list[int]  # outer flat user input -> its first dense position
@@ -105,7 +66,7 @@ class SubclassPlan:
         """Outer flat inputs -> dense flat inputs."""
         dense = []
         for i, t in enumerate(flat_outer):
-            dense.extend(_inner_tensors(t, self.inputs[i]) if i in self.inputs else [t])
+            dense.extend(self.builders[i].plain(t) if i in self.inputs else [t])
         return dense
 
     def dense_tree(self, flat_outer: list):
@@ -242,7 +203,7 @@ def plan(model: torch.nn.Module, flat_user: list, user_names: list[str], in_spec
         starts.append(at)
         at += len(inner_paths(inputs[i])) if i in inputs else 1
     return SubclassPlan(
-        state=state, inputs=inputs, builders={i: Builder.of(flat_user[i]) for i in inputs},
+        state=state, inputs=inputs, builders={i: Rebuilder.of(flat_user[i]) for i in inputs},
         outer_names=list(user_names), outer_in_spec=in_spec, dense_start=starts,
     )
 

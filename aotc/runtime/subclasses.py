@@ -25,15 +25,6 @@ from aotc.schema import Subclasses
 from aotc.subclasses import Rebuilder, inner_names, resolve
 
 
-def _plain(t: torch.Tensor, r: Rebuilder) -> list[torch.Tensor]:
-    """The plain tensors inside `t`, in the order `r.build` takes them."""
-    out = []
-    for attr, sub in r.inner:
-        value = getattr(t, attr)
-        out.extend([value] if sub is None else _plain(value, sub))
-    return out
-
-
 class Unwrap(torch.autograd.Function):
     """apply(rebuilder, grad_rebuilder, subclass) -> its plain tensors; their gradients
     become its gradient, built by `grad_rebuilder` (as AOTAutograd traced it)."""
@@ -41,10 +32,10 @@ class Unwrap(torch.autograd.Function):
     @staticmethod
     def forward(ctx, r: Rebuilder, grad_r: Rebuilder, t: torch.Tensor):
         ctx.r = grad_r
-        ctx.meta = [(p.shape, p.dtype, p.device) for p in _plain(t, r)]
+        ctx.meta = [(p.shape, p.dtype, p.device) for p in r.plain(t)]
         # aliases, not the tensors themselves: autograd would otherwise rewrite the
         # history of the parameter's own inner tensors
-        return tuple(p.detach() for p in _plain(t, r))
+        return tuple(p.detach() for p in r.plain(t))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -71,7 +62,7 @@ class Wrap(torch.autograd.Function):
 
             raise GraphRunError(f"{e} The backward was traced for gradients like the output (e.g. "
                                 "torch.ones_like(output)).") from None
-        return None, *_plain(grad, r)
+        return None, *r.plain(grad)
 
 
 class SubclassLayer:
@@ -121,7 +112,7 @@ class SubclassLayer:
         for fqn, (table, name) in self._tables.items():
             t = table[name]
             r = self.state[fqn]
-            inner = Unwrap.apply(r, self.state_grads[fqn], t) if grad and t.requires_grad else _plain(t, r)
+            inner = Unwrap.apply(r, self.state_grads[fqn], t) if grad and t.requires_grad else r.plain(t)
             out.update(zip(self.inner_state[fqn], inner))
         return out
 
@@ -153,7 +144,7 @@ class SubclassLayer:
                 dense.append(t)
                 continue
             r.check(t, f"input {self.input_names[i]}")
-            dense.extend(Unwrap.apply(r, self.input_grads[i], t) if grad and t.requires_grad else _plain(t, r))
+            dense.extend(Unwrap.apply(r, self.input_grads[i], t) if grad and t.requires_grad else r.plain(t))
         return dense
 
     def outer_inputs(self, dense: list) -> Any:
