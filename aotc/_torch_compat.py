@@ -85,6 +85,18 @@ def __getattr__(name: str) -> Any:
 PARTITIONER_NAMES = ("min-cut", "default")
 
 
+def torch_function_mode_count() -> int:
+    """How many torch-function modes are active (cheap: one C call)."""
+    return torch._C._len_torch_function_stack()
+
+
+def torch_function_modes() -> list[Any]:
+    """The torch-function modes active now, innermost last."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    return list(_get_current_function_mode_stack())
+
+
 def dense_fw_metadata(jd) -> Any:
     """AOTAutograd's ViewAndMutationMeta of the graph it traced: with tensor subclasses,
     the one computed on their inner tensors (SubclassMeta.fw_metadata), which lines up

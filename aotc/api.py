@@ -114,6 +114,9 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
     from safetensors.torch import save_file
 
     names = [u.name for u in captured.user_inputs]
+    from aotc.ambient import current
+
+    ambient = current()  # export leaves the caller's state as it found it
     golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training)
     with staging_dir(out, force) as root:
         writer = BundleWriter(root)
@@ -135,6 +138,7 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
         metadata = Metadata(
             training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs,
             subclasses=captured.subclasses,
+            ambient=ambient,
         )
         writer.write_json(SIGNATURE, signature, "signature")
         writer.write_json(METADATA, metadata, "metadata")

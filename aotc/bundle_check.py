@@ -126,6 +126,10 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
     for name in signature.non_persistent_buffers:
         if name not in state and name not in signature.state_aliases:
             w.fail("signature.json", "non_persistent_buffers", f"{name!r} is not a buffer")
+    a = metadata.ambient
+    if a is not None and (a.default_dtype not in DTYPES or not set(a.autocast) <= {"cpu", "cuda"}
+                          or not set(a.autocast.values()) <= DTYPES):
+        w.fail("metadata.json", "ambient", "default dtype and autocast must name dtypes and device types aotc knows")
     if metadata.subclasses is not None:
         _check_subclasses(metadata.subclasses, state, signature, w)
     elif any(":" in name for name in state):

@@ -54,6 +54,12 @@ class MissingDependencyError(AotcError):
     """An optional dependency is not installed; the message names the extra to install."""
 
 
+class AmbientStateError(AotcError):
+    """A loaded bundle was called under global state (autocast, default dtype,
+    deterministic algorithms, torch-function modes, grad mode with inputs that require
+    grad) that would make eager compute something other than the graphs do."""
+
+
 class UntrustedSubclassError(AotcError):
     """A bundle holds tensors of a class aotc would have to import, and the user has not
     said they trust it (trusted_subclasses=, --trust)."""

@@ -367,6 +367,20 @@ class Subclasses:
 
 
 @dataclass(frozen=True)
+class AmbientState:
+    """The global state the graphs were captured under, which Dynamo would guard on:
+    grad mode, autocast (device type -> its dtype, for each device type where it was on),
+    the default dtype, deterministic algorithms, and the torch-function modes active.
+    The runtime refuses a call made under a state that would change the result."""
+
+    grad_enabled: bool
+    autocast: dict[str, str]
+    default_dtype: str
+    deterministic: bool
+    torch_function_modes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Metadata:
     """metadata.json: per program, every input's mutations and every output's aliasing."""
 
@@ -374,6 +388,7 @@ class Metadata:
     user_inputs: list[TensorMeta]
     programs: dict[str, ProgramMeta]
     subclasses: Subclasses | None = None
+    ambient: AmbientState | None = None
 
 
 # ------------------------------------------------------------------- (de)serialization

@@ -72,6 +72,13 @@ def _render(info: dict, top_ops: int) -> None:
         head.add_row(label, value)
     if model.get("task"):
         head.add_row("task", model["task"])
+    ambient = info["metadata"].get("ambient")
+    if ambient:
+        autocast = ", ".join(f"{d} to {t}" for d, t in ambient["autocast"].items()) or "off"
+        modes = ", ".join(ambient["torch_function_modes"]) or "none"
+        head.add_row("exported under", f"grad {'on' if ambient['grad_enabled'] else 'off'}, autocast {autocast}, "
+                                       f"default dtype {ambient['default_dtype']}, deterministic "
+                                       f"{'on' if ambient['deterministic'] else 'off'}, torch-function modes {modes}")
     if m.get("generation"):
         g = m["generation"]
         head.add_row("generation", f"batch {g['batch_size']}, KV cache of {g['max_cache_len']} tokens, "

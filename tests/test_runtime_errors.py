@@ -185,12 +185,19 @@ save_file({{"out": out.contiguous()}}, {str(tmp_path / 'out.safetensors')!r})
 
 
 def test_autocast_does_not_recast_the_captured_graph(mlp):
+    """A bundle exported outside autocast refuses a call under it (eager would compute in
+    bfloat16); the caller turning autocast off runs the graph as exported."""
+    from aotc.errors import AmbientStateError
+
     x = torch.randn(8, 16)
     expected = mlp(x)
     # the float32 result eager computes outside autocast, which the bundle was captured from
     torch.testing.assert_close(expected, fresh_sample("mlp").module.eval()(x).detach(), rtol=1e-5, atol=1e-6)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = mlp(x)
+        with pytest.raises(AmbientStateError, match="exported outside autocast .* called under autocast to bfloat16"):
+            mlp(x)
+        with torch.autocast("cpu", enabled=False):
+            out = mlp(x)
         assert torch.is_autocast_enabled("cpu")  # restored after the call
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -13,6 +13,7 @@ from torch import nn
 
 from aotc._torch_compat import pytree
 from aotc.aliasing import synthetic_base
+from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
 from aotc.errors import AotcError, GraphRunError, InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
@@ -65,6 +66,11 @@ class Program:
         }
         self.guard = build_guard(meta, user_inputs)
         self.requires_grad = [i.requires_grad for i in meta.inputs]
+        # user inputs the graphs were traced without a gradient for (forward+backward graphs)
+        self.gradless_inputs = [
+            slot.index for slot, info in zip([s for s in signature.inputs if s.role != "constant"], meta.inputs)
+            if slot.role == "user_input" and not info.requires_grad
+        ]
         self.set_requires_grad = meta.inputs_set_requires_grad
         self._state = [(table, name) for src, table, name in self.sources if src == "state"]
         self._user = [table for src, table, _ in self.sources if src == "user"]
@@ -140,6 +146,7 @@ class LoadedModule(nn.Module):
         self._out_spec = pytree.treespec_loads(sig.out_spec)
         self._out_is_leaf = self._out_spec.is_leaf()
         self._checks = build_checks(meta, sig.user_inputs)
+        self._ambient = AmbientGuard(meta.ambient, device.type, str(bundle.path))
         self._user_meta = meta.user_inputs
         self._captured_training = meta.training
         self._graph_kinds = list(sig.graphs)
@@ -198,7 +205,14 @@ class LoadedModule(nn.Module):
         return self._forward(program, args, kwargs)
 
     def _forward(self, program: Program, args: tuple, kwargs: dict):
+        if self._ambient.active:
+            self._ambient.check()
         flat = self._flatten(args, kwargs)
+        if torch.is_grad_enabled():
+            if program.kind != "forward":
+                check_inference_grad(flat, self.bundle_path, (c.name for c in self._checks))
+            else:
+                check_traced_without_grad(flat, program.gradless_inputs, self.bundle_path, self._checks)
         if program.static_shapes:
             program.check_static_shapes(flat)
         if program.guard.active:
@@ -272,6 +286,8 @@ class LoadedModule(nn.Module):
                 "for a forward+backward bundle."
             )
         program = self._programs["joint"]
+        if self._ambient.active:
+            self._ambient.check()
         flat = self._flatten(args, kwargs)
         if program.guard.active:
             program.guard.check(flat)
