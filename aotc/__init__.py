@@ -41,6 +41,9 @@ _EXPORTS = {
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
     "verify": "aotc.parity",
+    "apply": "aotc.regions",
+    "export_regions": "aotc.regions",
+    "RegionalBundle": "aotc.regions",
     "generate": "aotc.generation",
     "export_generation": "aotc.generation",
     "Bundle": "aotc.bundle",
@@ -56,6 +59,9 @@ _EXPORTS = {
     "DeviceError": "aotc.errors",
     "MissingDependencyError": "aotc.errors",
     "UntrustedSubclassError": "aotc.errors",
+    "AmbientStateError": "aotc.errors",
+    "GraphBreakError": "aotc.errors",
+    "RegionError": "aotc.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

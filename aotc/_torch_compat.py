@@ -85,6 +85,19 @@ def __getattr__(name: str) -> Any:
 PARTITIONER_NAMES = ("min-cut", "default")
 
 
+def dynamo_explain(model, args: tuple, kwargs: dict) -> Any:
+    """torch._dynamo.explain of one call: graphs, and every graph break with its reason
+    and user stack. Dynamo's caches are reset before and after, so nothing it compiled
+    stays behind."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        return torch._dynamo.explain(model)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+
+
 def torch_function_mode_count() -> int:
     """How many torch-function modes are active (cheap: one C call)."""
     return torch._C._len_torch_function_stack()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import platform
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ from aotc.bundle import (
 )
 from aotc._torch_compat import pytree
 from aotc.capture import MODES, Capture, CaptureOptions, capture
-from aotc.errors import AotcError
+from aotc.errors import AotcError, CaptureError, GraphBreakError
 from aotc.model_file import FunctionModule, _split_inputs
 from aotc.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 
@@ -87,7 +88,12 @@ def export(
 
     if on_phase:
         on_phase("capture")
-    captured = capture(module, args, kwargs, loss=loss, options=options)
+    try:
+        captured = capture(module, args, kwargs, loss=loss, options=options)
+    except CaptureError as e:
+        if e.__cause__ is None or isinstance(e, GraphBreakError):
+            raise  # aotc's own refusal, which says what to do
+        raise _with_break_report(e, module, args, kwargs) from e.__cause__
     info = ModelInfo(
         name=name or type(module).__name__.lower(),
         source=source,
@@ -99,6 +105,26 @@ def export(
     )
     return write_bundle(captured, module, args, kwargs, out, mode, info, loss=loss, force=force, assets=assets,
                         on_phase=on_phase)
+
+
+def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple, kwargs: dict) -> CaptureError:
+    """torch's failure to capture `module`, with every place that cannot be captured
+    (aotc.breaks) when Dynamo finds them; else the error as it was."""
+    from aotc.breaks import describe, report
+
+    with torch.no_grad():
+        try:
+            breaks = report(copy.deepcopy(module), args, kwargs)
+        except Exception:  # the report is a help; the capture error stands without it
+            return error
+    if not breaks:
+        return error
+    return GraphBreakError(
+        f"{type(module).__name__} cannot be captured whole: {len(breaks)} place(s) in its code cannot be "
+        f"traced:\n{describe(breaks)}\nOr export the submodules that can be captured: --regions auto "
+        f"(regions= in aotc.export_regions), with the rest staying Python.\n(torch.export: {error})",
+        breaks,
+    )
 
 
 def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, out: Path, mode: str,

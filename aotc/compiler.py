@@ -165,8 +165,14 @@ def compile(
     use_cache: bool = True,
     on_graph: GraphCallback | None = None,
 ) -> Bundle:
-    """Compile every graph of the bundle at `path` for each device; returns the new Bundle."""
+    """Compile every graph of the bundle at `path` for each device; returns the new Bundle
+    (for a regional bundle, each group's bundle, and the new RegionalBundle)."""
     from aotc.formats import BuildOptions, add_artifacts
+    from aotc.regions import is_regional, update_groups
+
+    if is_regional(path):
+        return update_groups(path, lambda group: compile(group, devices, cache_dir=cache_dir, use_cache=use_cache,
+                                                            on_graph=on_graph))
 
     options = BuildOptions(cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), use_cache=use_cache)
 

@@ -25,6 +25,17 @@ class CaptureError(AotcError):
     """torch could not capture the model as a graph of the asked kind."""
 
 
+class GraphBreakError(CaptureError):
+    """A model torch cannot capture whole; `breaks` lists every place (aotc.breaks)."""
+
+    def __init__(self, message: str, breaks: list):
+        super().__init__(message)
+        self.breaks = breaks
+
+    def to_json(self) -> dict:
+        return {"error": str(self), "breaks": [b.to_json() for b in self.breaks]}
+
+
 class BundleError(AotcError):
     """A bundle on disk is missing a file, corrupted, or from an unknown format."""
 
@@ -63,3 +74,8 @@ class AmbientStateError(AotcError):
 class UntrustedSubclassError(AotcError):
     """A bundle holds tensors of a class aotc would have to import, and the user has not
     said they trust it (trusted_subclasses=, --trust)."""
+
+
+class RegionError(AotcError):
+    """A regional bundle does not fit the model it is applied to (a missing submodule,
+    another class, other weight names or shapes)."""

@@ -71,6 +71,39 @@ def subclasses(bundle: Bundle) -> list[dict[str, Any]]:
     return rows
 
 
+def describe_regions(rb) -> dict[str, Any]:
+    """A regional bundle (aotc.regions.RegionalBundle): its regions, their groups, what
+    each group's bundle holds, and the graph-break report."""
+    m = rb.manifest
+    members = Counter(r.group for r in m.regions)
+    size = sum(f.stat().st_size for f in rb.path.rglob("*") if f.is_file())
+    return {
+        "bundle": str(rb.path),
+        "model": m.model.name,
+        "source": m.model.source,
+        "regions": [
+            {"fqn": r.fqn, "class": r.class_name, "group": r.group, "graphs": list(m.graph_kinds),
+             "parameters": sum(_numel(s.shape) for s in r.parameters.values())}
+            for r in m.regions
+        ],
+        "groups": [
+            {"name": g.name, "path": g.path, "first": g.first, "regions": members[g.name],
+             "compiled": sorted({f.path for f in rb.groups[g.name].manifest.files if f.kind == "compiled"})}
+            for g in m.groups
+        ],
+        "breaks": [to_json(b) for b in m.breaks],
+        "size_bytes": size,
+        "manifest": to_json(m),
+    }
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
 def describe(bundle: Bundle) -> dict[str, Any]:
     """The whole of a bundle's manifest, signatures and metadata, plus derived facts."""
     m = bundle.manifest

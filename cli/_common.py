@@ -49,6 +49,8 @@ def handles_errors(fn: Callable) -> Callable:
         except AotcError as e:
             if debug:
                 traceback.print_exc(file=sys.stderr)
+            if kwargs.get("as_json") and hasattr(e, "to_json"):
+                emit_json({"ok": False, **e.to_json()})  # e.g. the graph-break report, for CI
             click.echo(f"Error: {e}", err=True)
             if not debug and isinstance(e, CaptureError) and e.__cause__ is not None:
                 click.echo("Pass --debug for torch's full message.", err=True)  # the error has its first line

@@ -8,12 +8,14 @@ from pathlib import Path
 import click
 
 from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
-from aotc.cli.export import exports, graph_summary, print_graph_table, run_export
+from aotc.cli.export import exports, graph_summary, print_graph_table, print_regions, run_export
 from aotc.cli.options import ExportOptions
 
 
 def _is_bundle(target: str) -> bool:
-    return (Path(target) / "manifest.json").is_file()
+    from aotc.regions import is_regional
+
+    return (Path(target) / "manifest.json").is_file() or is_regional(target)
 
 
 @click.command("compile")
@@ -86,6 +88,17 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
         bundle = compile_bundle(bundle_path, devices=devices, cache_dir=cache_dir, use_cache=not no_cache,
                                 on_graph=on_graph)
     total = time.perf_counter() - started
+    from aotc.regions import RegionalBundle
+
+    if isinstance(bundle, RegionalBundle):
+        summary = graph_summary(bundle) | {"seconds": {**{f"compile {k}": round(v, 3) for k, v in graph_times.items()},
+                                                       "total": round(total, 3)}}
+        if as_json:
+            emit_json(summary)
+        else:
+            print_regions(out, summary)
+            out.print(f"{human_size(summary['size_bytes'])} in {total:.1f} s")
+        return
     summary = graph_summary(bundle) | {
         "devices": list(devices),
         "compiled": {

@@ -85,6 +85,10 @@ def export_options(fn):
         click.option("--force", is_flag=True, help="Replace an existing bundle at the output path."),
         click.option("--onnx", "with_onnx", is_flag=True, help="Also write onnx/<kind>.onnx (torch.onnx, dynamo)."),
         click.option("--opset", type=int, help="ONNX opset [default: 18]."),
+        click.option("--regions", metavar="auto|PATTERN",
+                     help="For a model torch cannot capture whole: export its submodules instead, 'auto' (the "
+                          "largest that capture) or those whose FQN matches PATTERN (e.g. 'blocks.*'); apply "
+                          "them to the model with aotc.apply."),
     ]):
         fn = decorator(fn)
     return fn
@@ -129,6 +133,19 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         )
         phases.finish()
         return spec, bundle
+    if o.regions:
+        if o.with_onnx or o.joint:
+            raise AotcError("--regions takes inference or --autograd graphs, without --onnx.")
+        from aotc.regions import export_regions
+
+        phases.start("regions")
+        bundle = export_regions(
+            spec.module, (spec.args, spec.kwargs), target, regions=o.regions, graphs=graphs,
+            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), train=o.train, force=o.force,
+            name=spec.name, source=spec.source,
+        )
+        phases.finish()
+        return spec, bundle
     from aotc.api import export
 
     bundle = export(
@@ -149,8 +166,12 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
 
 
 def graph_summary(bundle) -> dict:
+    from aotc.regions import RegionalBundle
     from aotc.size_check import narrowed
-    from aotc.summary import describe
+    from aotc.summary import describe, describe_regions
+
+    if isinstance(bundle, RegionalBundle):
+        return describe_regions(bundle)
 
     info = describe(bundle)
     return {
@@ -165,6 +186,24 @@ def graph_summary(bundle) -> dict:
         "size_bytes": info["size"]["total"],
         "size": {k: v for k, v in info["size"].items() if k != "total"},
     }
+
+
+def print_regions(out, summary: dict) -> None:
+    """The regions of a regional bundle, the graphs they share, and the break report."""
+    from rich.table import Table
+
+    table = Table(title=f"{summary['model']} -> {summary['bundle']} (regions)", title_justify="left")
+    for col in ("region", "class", "group", "graphs", "parameters"):
+        table.add_column(col, justify="right" if col == "parameters" else "left")
+    for r in summary["regions"]:
+        table.add_row(r["fqn"], r["class"], r["group"], ", ".join(r["graphs"]), f"{r['parameters']:,}")
+    out.print(table)
+    groups = summary["groups"]
+    out.print(f"{len(summary['regions'])} region(s) share {len(groups)} group(s) of graphs: "
+              + "; ".join(f"{g['name']} ({g['regions']} region(s), {', '.join(g['compiled']) or 'not compiled'})"
+                          for g in groups))
+    for i, b in enumerate(summary["breaks"], 1):
+        out.print(f"break {i}: {b['file']}:{b['line']} in {b['function']}: {b['kind']} ({b['code']})")
 
 
 def print_graph_table(out, summary: dict) -> None:
@@ -195,6 +234,8 @@ def export_command(model: str, export: ExportOptions, as_json: bool, debug: bool
       aotc export sample_models/cnn.py --onnx -o bundles/cnn
       aotc export path/to/hf-folder --task text-classification -o bundles/clf
       aotc export path/to/gpt2-folder --max-cache-len 128 -o bundles/gpt2   # prefill + decode
+      aotc export sample_models/breaks.py --regions auto -o bundles/b        # submodules; glue stays Python
+      aotc export sample_models/gpt_blocks.py --regions 'blocks.*' -o bundles/g
     """
     out = console()
     phases = Phases(out)
@@ -207,6 +248,10 @@ def export_command(model: str, export: ExportOptions, as_json: bool, debug: bool
     summary = graph_summary(bundle) | {"seconds": {k: round(v, 3) for k, v in timings.items()}}
     if as_json:
         emit_json(summary)
+        return
+    if "regions" in summary:
+        print_regions(out, summary)
+        out.print(f"{human_size(summary['size_bytes'])} in {timings['total']:.2f} s")
         return
     print_graph_table(out, summary)
     for line in summary["narrowed"]:

@@ -178,6 +178,18 @@ def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
     from aotc.bundle import Bundle
     from aotc.summary import describe
 
+    from aotc.regions import RegionalBundle, is_regional
+
+    if is_regional(bundle):
+        from aotc.cli.export import print_regions
+        from aotc.summary import describe_regions
+
+        info = describe_regions(RegionalBundle.open(bundle))
+        if as_json:
+            emit_json(info)
+        else:
+            print_regions(console(), info)
+        return
     b = Bundle.open(bundle, verify_hashes=not no_verify)
     if graph_kind:
         click.echo(b.graph_code(graph_kind), nl=False)

@@ -33,6 +33,7 @@ class ExportOptions:
     force: bool = False
     with_onnx: bool = False
     opset: int | None = None
+    regions: str | None = None
 
 
 @dataclass(frozen=True)

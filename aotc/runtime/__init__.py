@@ -24,6 +24,34 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
     bundle = Bundle.open(path)
+    check_mode(bundle, mode)
+    from aotc.subclasses import check_trust
+
+    check_trust(bundle.metadata.subclasses, trusted_subclasses)  # before any artifact is loaded
+    device = resolve_device(device)
+    from aotc import formats
+
+    if backend not in BACKENDS:
+        raise AotcError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
+    if backend == "auto":
+        # the compiled artifact for this device when the bundle has one, else the fx graphs
+        backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
+    graphs = {kind: formats.get(backend).load_graph(bundle, kind, device) for kind in bundle.graph_kinds}
+    try:
+        return LoadedModule(bundle, graphs, device, mode, backend, trusted_subclasses)
+    except AotcError:
+        raise
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
+        # bundle_check covers what it knows the runtime looks up; this names anything else
+        raise BundleError(f"Bundle '{bundle.path}': its signature and metadata do not build a module "
+                          f"({type(e).__name__}: {e}). The bundle is damaged; export it again.") from e
+
+
+def check_mode(bundle: Bundle, mode: str) -> None:
+    """The bundle has graphs for `mode` ("eval": an eval-mode inference graph; "train":
+    training graphs, or an inference graph captured in train mode)."""
+    if mode not in MODES:
+        raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
     kinds = bundle.graph_kinds
     training = bundle.metadata.training
     if mode == "eval" and not ({"inference", "prefill"} & set(kinds) and not training):
@@ -38,23 +66,3 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
             "mode='eval', or export training graphs (graphs=(\"forward\", \"backward\") or (\"joint\",); "
             "aotc export --autograd or --joint)."
         )
-    from aotc.subclasses import check_trust
-
-    check_trust(bundle.metadata.subclasses, trusted_subclasses)  # before any artifact is loaded
-    device = resolve_device(device)
-    from aotc import formats
-
-    if backend not in BACKENDS:
-        raise AotcError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
-    if backend == "auto":
-        # the compiled artifact for this device when the bundle has one, else the fx graphs
-        backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
-    graphs = {kind: formats.get(backend).load_graph(bundle, kind, device) for kind in kinds}
-    try:
-        return LoadedModule(bundle, graphs, device, mode, backend, trusted_subclasses)
-    except AotcError:
-        raise
-    except (KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
-        # bundle_check covers what it knows the runtime looks up; this names anything else
-        raise BundleError(f"Bundle '{bundle.path}': its signature and metadata do not build a module "
-                          f"({type(e).__name__}: {e}). The bundle is damaged; export it again.") from e

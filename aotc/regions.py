@@ -1,0 +1,437 @@
+"""Regional bundles: the submodules of a model that can be captured, when the model
+cannot be captured whole; the user's own Python between them stays Python.
+
+    regions.json          RegionsManifest: regions, groups, the graph-break report, files
+    weights.safetensors   every region's weights except each group's first, by full FQN
+    groups/<g>/           an ordinary aotc bundle per group of identical regions
+
+Export records each submodule's inputs from one eager run (forward hooks), picks the
+regions (`"auto"`: the largest submodules with weights that capture cleanly, top
+down; or an fnmatch pattern over FQNs), and groups regions that trace to the same
+graphs: same class, weight names and shapes, and inputs. A group is captured once,
+from its first region; every other region of it must then reproduce its own eager
+outputs through the group's graphs with its own weights, or it gets a group of its
+own. So a stack of identical blocks compiles one block.
+
+`apply(bundle, model)` swaps each region of `model` for a loaded module running its
+group's graphs with its weights (checked against the model's submodule first) and
+returns the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import stat
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aotc import __version__
+from aotc._torch_compat import pytree
+from aotc.archives import load_safetensors, read_json_file
+from aotc.bundle import Bundle, check_rel_path, check_target, check_writable, manifest_checksum, sha256_file, staging_dir
+from aotc.errors import BundleError, CaptureError, RegionError
+from aotc.schema import (
+    FORMAT_VERSION,
+    BreakEntry,
+    FileEntry,
+    ModelInfo,
+    Region,
+    RegionGroup,
+    RegionsManifest,
+    TensorSpec,
+    from_json,
+    to_json,
+)
+
+REGIONS = "regions.json"
+WEIGHTS = "weights.safetensors"
+
+
+def is_regional(path: str | Path) -> bool:
+    return (Path(path) / REGIONS).is_file()
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass
+class _Call:
+    """A submodule's first call in the recording run."""
+
+    args: tuple
+    kwargs: dict
+    output: Any
+
+
+def _record_calls(model: torch.nn.Module, args: tuple, kwargs: dict, grad: bool = False) -> dict[str, _Call]:
+    """Every submodule's inputs and outputs at its first call, from one eager run of a
+    copy; with `grad`, under grad mode, so inputs require grad as in training."""
+    import copy
+
+    from aotc.observe import clone_tree
+
+    twin = copy.deepcopy(model)  # the run may update buffers (BatchNorm); the user's model stays as it was
+    calls: dict[str, _Call] = {}
+    handles = []
+    for fqn, module in twin.named_modules():
+        if not fqn:
+            continue
+
+        def hook(module, a, k, out, fqn=fqn):
+            if fqn not in calls:
+                calls[fqn] = _Call(*clone_tree((a, k)), output=clone_tree(out))
+
+        handles.append(module.register_forward_hook(hook, with_kwargs=True))
+    try:
+        with torch.set_grad_enabled(grad):
+            twin(*clone_tree(args), **clone_tree(kwargs))
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+def _spec(t: torch.Tensor) -> TensorSpec:
+    return TensorSpec(shape=list(t.shape), dtype=str(t.dtype).removeprefix("torch."))
+
+
+def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+def _key(module: torch.nn.Module, call: _Call) -> tuple:
+    """What regions that may share graphs have in common (checked further by running)."""
+    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    inputs = tuple((tuple(x.shape), x.dtype, x.requires_grad) if isinstance(x, torch.Tensor) else repr(x) for x in leaves)
+    weights = tuple((n, tuple(t.shape), t.dtype) for n, t in _state(module).items())
+    return (type(module), module.training, str(spec), inputs, weights)
+
+
+def _reproduces(group_bundle: Path, module: torch.nn.Module, call: _Call, mode: str) -> bool:
+    """Whether the group's graphs, with `module`'s weights, give its recorded outputs."""
+    from aotc import load
+    from aotc.observe import clone_tree
+
+    loaded = load(group_bundle, backend="fx", mode=mode)
+    _copy_weights(loaded, _state(module))
+    with torch.no_grad():
+        out = loaded(*clone_tree(call.args), **clone_tree(call.kwargs))
+    got, want = pytree.tree_leaves(out), pytree.tree_leaves(call.output)
+    return len(got) == len(want) and all(
+        isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
+        and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5)
+        for g, w in zip(got, want)
+    )
+
+
+def _copy_weights(loaded: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    own = _state(loaded)
+    with torch.no_grad():
+        for name, t in state.items():
+            own[name].copy_(t)
+
+
+def _shorter_inputs(model: torch.nn.Module, args: tuple, kwargs: dict, dynamic_shapes) -> tuple | None:
+    """The example inputs with every declared dynamic dim one shorter, so a second
+    recording run shows which dims of each region's inputs follow them; None if none."""
+    from aotc.capture.dynamic_shapes import user_dynamic_shapes
+
+    spec = user_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+    if spec is None:
+        return None
+
+    def shorter(t, dims):
+        if isinstance(t, torch.Tensor) and isinstance(dims, dict):
+            for d in dims:
+                if t.shape[d] > 1:
+                    t = t.narrow(d, 0, t.shape[d] - 1)
+        return t
+
+    return (tuple(shorter(a, s) for a, s in zip(args, spec["args"])),
+            {k: shorter(v, spec["kwargs"].get(k)) for k, v in kwargs.items()})
+
+
+def _region_dynamic_shapes(module: torch.nn.Module, call: _Call, other: _Call | None) -> dict | None:
+    """dynamic_shapes for a region: the dims of its inputs that changed between the two
+    recording runs (Dim.AUTO: export finds their ranges and relations)."""
+    import inspect
+
+    from torch.export import Dim
+
+    if other is None:
+        return None
+    try:
+        now = inspect.signature(module.forward).bind(*call.args, **call.kwargs).arguments
+        then = inspect.signature(module.forward).bind(*other.args, **other.kwargs).arguments
+    except TypeError:
+        return None
+    spec = {}
+    for name, value in now.items():
+        before = then.get(name)
+        if isinstance(value, torch.Tensor) and isinstance(before, torch.Tensor) and value.dim() == before.dim():
+            dims = {d: Dim.AUTO for d in range(value.dim()) if value.shape[d] != before.shape[d]}
+            if dims:
+                spec[name] = dims
+    return spec or None
+
+
+def _candidates(model: torch.nn.Module, calls: dict[str, _Call], regions: str) -> list[str]:
+    """FQNs for `regions` (a pattern), top-most first and none inside another."""
+    chosen: list[str] = []
+    for fqn, _ in model.named_modules():
+        if fqn and fnmatch.fnmatchcase(fqn, regions) and not any(fqn.startswith(c + ".") for c in chosen):
+            if fqn not in calls:
+                raise RegionError(f"submodule '{fqn}' matches --regions '{regions}' but forward never calls it.")
+            chosen.append(fqn)
+    if not chosen:
+        names = ", ".join(f for f, _ in list(model.named_modules())[1:8])
+        raise RegionError(f"no submodule of {type(model).__name__} matches --regions '{regions}' (it has {names}, ...).")
+    return chosen
+
+
+def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path, regions: str = "auto",
+                   graphs: tuple[str, ...] = ("inference",), *, dynamic_shapes=None, train: bool = False,
+                   force: bool = False, name: str | None = None, source: str | None = None,
+                   on_region=None) -> RegionalBundle:
+    """Export the submodules of `model` given by `regions` ("auto", or an fnmatch pattern
+    over FQNs such as "blocks.*") as a regional bundle at `out`. `dynamic_shapes` (the
+    whole model's, in torch.export's format) makes dynamic the dims of each region's
+    inputs that follow the model's dynamic dims."""
+    from aotc.api import export
+    from aotc.breaks import report
+    from aotc.model_file import _split_inputs
+
+    if tuple(graphs) not in (("inference",), ("forward", "backward")):
+        raise RegionError("regions take inference or forward+backward graphs; a region has no loss for a joint graph.")
+    out = Path(out)
+    check_target(out, force)
+    check_writable(out)
+    args, kwargs = _split_inputs(example_inputs, "example_inputs")
+    model.train(train or graphs != ("inference",))
+    training = graphs != ("inference",)
+    calls = _record_calls(model, args, kwargs, grad=training)
+    shorter = _shorter_inputs(model, args, kwargs, dynamic_shapes)
+    shorter_calls = _record_calls(model, *shorter) if shorter is not None else {}
+    mode = "eval" if graphs == ("inference",) else "train"
+    with torch.no_grad():
+        try:
+            breaks = report(__import__("copy").deepcopy(model), args, kwargs)
+        except Exception:  # the report is a help, not a requirement
+            breaks = []
+
+    with staging_dir(out, force) as root:
+        groups: list[tuple[RegionGroup, tuple]] = []
+        placed: list[Region] = []
+        others: dict[str, torch.Tensor] = {}
+
+        def place(fqn: str, module: torch.nn.Module) -> bool:
+            """Put `fqn` in a group (capturing a new one if needed); False if it cannot be captured."""
+            call = calls[fqn]
+            key = _key(module, call)
+            for group, gkey in groups:
+                if gkey == key and _reproduces(root / group.path, module, call, mode):
+                    others.update({f"{fqn}.{n}": t.detach() for n, t in _state(module).items()})
+                    placed.append(_region(fqn, module, group.name))
+                    return True
+            group = RegionGroup(name=f"g{len(groups)}", path=f"groups/g{len(groups)}", first=fqn)
+            if on_region:
+                on_region(fqn)
+            try:
+                export(module, (call.args, call.kwargs), root / group.path, graphs=graphs, train=module.training,
+                       name=fqn, source=source,
+                       dynamic_shapes=_region_dynamic_shapes(module, call, shorter_calls.get(fqn)))
+            except CaptureError:
+                return False
+            groups.append((group, key))
+            placed.append(_region(fqn, module, group.name))
+            return True
+
+        if regions == "auto":
+            def visit(prefix: str, module: torch.nn.Module) -> None:
+                for child_name, child in module.named_children():
+                    fqn = f"{prefix}.{child_name}" if prefix else child_name
+                    has_weights = any(True for _ in _state(child).values())
+                    if not has_weights:
+                        continue  # nothing to compile worth a region; it stays Python
+                    if fqn in calls and place(fqn, child):
+                        continue
+                    visit(fqn, child)
+
+            visit("", model)
+            if not placed:
+                raise RegionError(f"no submodule of {type(model).__name__} with weights can be captured.")
+        else:
+            for fqn in _candidates(model, calls, regions):
+                if not place(fqn, model.get_submodule(fqn)):
+                    raise CaptureError(f"region '{fqn}' cannot be captured; see `aotc export` of it alone for why.")
+
+        files = []
+        if others:
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous().clone() for k, v in others.items()}, str(root / WEIGHTS))
+            files.append(_entry(root, WEIGHTS, "weights"))
+        files += [_entry(root, f"{g.path}/manifest.json", "other") for g, _ in groups]
+        manifest = RegionsManifest(
+            format_version=FORMAT_VERSION, aotc_version=__version__, torch_version=torch.__version__,
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            model=ModelInfo(name=name or type(model).__name__.lower(), source=source,
+                            class_name=type(model).__name__, training=model.training,
+                            num_parameters=sum(p.numel() for p in model.parameters())),
+            graph_kinds=list(graphs), regions=placed, groups=[g for g, _ in groups],
+            breaks=[BreakEntry(**b.to_json()) for b in breaks], files=files,
+        )
+        raw = to_json(manifest)
+        raw["checksum"] = manifest_checksum(raw)
+        (root / REGIONS).write_text(json.dumps(raw, indent=2) + "\n")
+    return RegionalBundle.open(out)
+
+
+def _region(fqn: str, module: torch.nn.Module, group: str) -> Region:
+    return Region(
+        fqn=fqn, class_name=type(module).__qualname__, group=group,
+        parameters={n: _spec(p) for n, p in module.named_parameters()},
+        buffers={n: _spec(b) for n, b in module.named_buffers()},
+    )
+
+
+def _entry(root: Path, rel: str, kind: str) -> FileEntry:
+    path = root / rel
+    return FileEntry(path=rel, kind=kind, size=path.stat().st_size, sha256=sha256_file(path))
+
+
+def update_groups(path: str | Path, update) -> RegionalBundle:
+    """Apply `update(group_path)` (compile, add ONNX) to every group's bundle, then record
+    the groups' new manifests in regions.json (written to a temporary file and renamed
+    over it, so a reader sees the old or the new one)."""
+    rb = RegionalBundle.open(path)
+    for group in rb.manifest.groups:
+        update(rb.path / group.path)
+    rel = {f"{g.path}/manifest.json" for g in rb.manifest.groups}
+    files = [_entry(rb.path, e.path, e.kind) if e.path in rel else e for e in rb.manifest.files]
+    raw = to_json(dataclasses.replace(rb.manifest, files=files, checksum=""))
+    raw["checksum"] = manifest_checksum(raw)
+    tmp = rb.path / f".{REGIONS}.tmp"
+    tmp.write_text(json.dumps(raw, indent=2) + "\n")
+    os.replace(tmp, rb.path / REGIONS)
+    return RegionalBundle.open(path)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class RegionalBundle:
+    """A regional bundle, checked: regions.json, its files' hashes, and each group's bundle."""
+
+    path: Path
+    manifest: RegionsManifest
+    groups: dict[str, Bundle]
+
+    @classmethod
+    def open(cls, path: str | Path) -> RegionalBundle:
+        root = Path(path)
+        raw = read_json_file(root / REGIONS, f"{root}/{REGIONS}")
+        manifest = from_json(RegionsManifest, raw, f"{root}/{REGIONS}")
+        if manifest.checksum != manifest_checksum(raw):
+            raise BundleError(f"Bundle '{root}': {REGIONS} does not match its checksum; it was changed or damaged.")
+        listed = {e.path: e for e in manifest.files}
+        for entry in manifest.files:
+            check_rel_path(entry.path, f"{root}/{REGIONS}")
+            target = root / entry.path
+            if target.is_symlink() or not target.is_file() or target.stat().st_size != entry.size \
+                    or sha256_file(target) != entry.sha256:
+                raise BundleError(f"Bundle '{root}': {entry.path} is missing or not the file {REGIONS} lists.")
+        group_dirs = {g.path for g in manifest.groups}
+        for g in manifest.groups:
+            check_rel_path(g.path, f"{root}/{REGIONS}")
+            if f"{g.path}/manifest.json" not in listed:
+                raise BundleError(f"Bundle '{root}': group '{g.name}' has no manifest listed in {REGIONS}.")
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = Path(dirpath).relative_to(root).as_posix()
+            if any(rel_dir == d or rel_dir.startswith(d + "/") for d in group_dirs):
+                continue  # the group's own Bundle.open checks its files
+            for name in dirnames + filenames:
+                rel = f"{rel_dir}/{name}" if rel_dir != "." else name
+                if stat.S_ISLNK(os.lstat(Path(dirpath) / name).st_mode):
+                    raise BundleError(f"Bundle '{root}': '{rel}' is a symbolic link.")
+                if name in filenames and rel not in (REGIONS, *listed):
+                    raise BundleError(f"Bundle '{root}': '{rel}' is not listed in {REGIONS}.")
+                if name in dirnames and rel not in group_dirs and not any(d.startswith(rel + "/") for d in group_dirs):
+                    raise BundleError(f"Bundle '{root}': folder '{rel}' is not a group of {REGIONS}.")
+        groups = {g.name: Bundle.open(root / g.path) for g in manifest.groups}
+        names = set(groups)
+        for r in manifest.regions:
+            if r.group not in names:
+                raise BundleError(f"Bundle '{root}': region '{r.fqn}' names group '{r.group}', which it does not have.")
+        return cls(root, manifest, groups)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        if not any(e.path == WEIGHTS for e in self.manifest.files):
+            return {}
+        return load_safetensors(self.path / WEIGHTS)
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def apply(path: str | Path, model: torch.nn.Module, *, backend: str = "auto", device=None, mode: str | None = None,
+          trusted_subclasses=()) -> torch.nn.Module:
+    """Swap each region of `model` for a module running its group's graphs (with that
+    region's weights from the bundle) and return `model`. Every region is checked
+    against the model's submodule first: its class and weight names and shapes."""
+    from aotc import formats
+    from aotc.devices import resolve_device
+    from aotc.runtime import check_mode
+    from aotc.runtime.module import LoadedModule
+    from aotc.subclasses import check_trust
+
+    rb = RegionalBundle.open(path)
+    mode = mode or ("train" if model.training else "eval")
+    device = resolve_device(device)
+    targets = {}
+    for r in rb.manifest.regions:  # check everything before changing anything
+        try:
+            sub = model.get_submodule(r.fqn)
+        except AttributeError:
+            raise RegionError(f"{type(model).__name__} has no submodule '{r.fqn}', a region of '{rb.path}'.") from None
+        if type(sub).__qualname__ != r.class_name:
+            raise RegionError(f"'{r.fqn}' is a {type(sub).__qualname__}; the bundle's region is a {r.class_name}.")
+        for kind, expected, actual in (("parameters", r.parameters, dict(sub.named_parameters())),
+                                       ("buffers", r.buffers, dict(sub.named_buffers()))):
+            found = {n: _spec(t) for n, t in actual.items()}
+            if found != expected:
+                diff = sorted(set(found) ^ set(expected)) or sorted(n for n in found if found[n] != expected[n])
+                raise RegionError(f"the {kind} of '{r.fqn}' differ from the bundle's region ({', '.join(diff)}): "
+                                  "the model is not the one the bundle was exported from.")
+        targets[r.fqn] = sub
+    stored = rb.weights()
+    graphs = {}
+    for name, bundle in rb.groups.items():
+        check_mode(bundle, mode)
+        check_trust(bundle.metadata.subclasses, trusted_subclasses)
+        chosen = backend
+        if chosen == "auto":
+            chosen = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
+        graphs[name] = (chosen, {k: formats.get(chosen).load_graph(bundle, k, device) for k in bundle.graph_kinds})
+    for r in rb.manifest.regions:
+        bundle = rb.groups[r.group]
+        chosen, group_graphs = graphs[r.group]
+        loaded = LoadedModule(bundle, group_graphs, device, mode, chosen, trusted_subclasses)
+        group = next(g for g in rb.manifest.groups if g.name == r.group)
+        if r.fqn != group.first:
+            try:
+                _copy_weights(loaded, {n: stored[f"{r.fqn}.{n}"].to(device) for n in [*r.parameters, *r.buffers]})
+            except KeyError as e:
+                raise BundleError(f"Bundle '{rb.path}': {WEIGHTS} has no {e} for region '{r.fqn}'.") from None
+        parent_name, _, child = r.fqn.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, loaded)
+    return model
