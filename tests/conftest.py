@@ -100,7 +100,16 @@ def int8_bundle(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def compiled(sample_bundles, corpus_bundles, int8_bundle) -> bool:
+def gpt_regions(tmp_path_factory) -> Path:
+    """sample_models/gpt_blocks.py as a regional bundle of its six blocks (dynamic batch and sequence)."""
+    target = tmp_path_factory.mktemp("regions") / "gpt"
+    result = invoke("export", SAMPLES / "gpt_blocks.py", "--regions", "blocks.*", "-o", target)
+    assert result.exit_code == 0, result.stderr
+    return target
+
+
+@pytest.fixture(scope="session")
+def compiled(sample_bundles, corpus_bundles, int8_bundle, gpt_regions) -> bool:
     """AOTInductor-compile every bundle the aoti tests use, once, two at a time.
 
     About 5 s of g++ per graph on 2 cores; the compile cache (build/aotc-cache) makes a
@@ -108,7 +117,7 @@ def compiled(sample_bundles, corpus_bundles, int8_bundle) -> bool:
     """
     names = AOTI_CORPUS
     corpus = [str(p) for (name, _), p in corpus_bundles.items() if isinstance(p, Path) and name in names]
-    paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + corpus + [str(int8_bundle)]
+    paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + corpus + [str(int8_bundle), str(gpt_regions)]
     with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
         list(pool.map(_compile, paths))
     return True
