@@ -17,6 +17,7 @@ on a bundle from someone you do not trust, whose compiled artifacts are native c
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -180,6 +181,10 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
            samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=()) -> Report:
     """Verify every artifact of the bundle at `path`; see the module docstring.
     `trusted_subclasses`: as for aotc.load."""
+    from aotc.regions import is_regional
+
+    if is_regional(path):
+        return verify_regions(path, model, rtol, atol, run, checkpoint, trusted_subclasses)
     bundle = Bundle.open(path)  # hashes first: a tampered bundle fails before anything runs
     report = Report(str(bundle.path), integrity=integrity(bundle), ran=run)
     if not run:
@@ -198,6 +203,43 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
         report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses)
     elif samples:
         report.skipped.append("random samples: no model file given (model=, --model)")
+    return report
+
+
+def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkpoint=None, trusted=()) -> Report:
+    """A regional bundle: every group's bundle as `verify` checks one (its references),
+    then, given the model file, the whole model with the regions applied against eager
+    on its example inputs, for each backend every group has."""
+    from aotc.model_file import load_model
+    from aotc.regions import RegionalBundle, apply
+
+    rb = RegionalBundle.open(path)
+    report = Report(str(rb.path), ran=run)
+    for name, bundle in rb.groups.items():
+        report.integrity += [f"{rb.path.name}/groups/{name}/{f}" for f in integrity(bundle)]
+        if run:
+            group = verify(bundle.path, rtol=rtol, atol=atol, trusted_subclasses=trusted)
+            report.checks += [dataclasses.replace(c, artifact=f"{name}/{c.artifact}") for c in group.checks]
+            report.skipped += [f"{name}: {s}" for s in group.skipped if "random samples" not in s]
+    if not run:
+        report.skipped.append("running the artifacts (integrity only)")
+        return report
+    if not model:
+        report.skipped.append("the whole model with its regions applied: no model file given (model=, --model)")
+        return report
+    spec = load_model(model, checkpoint=checkpoint)
+    backends = ["fx"] + (["aoti"] if all(any(f.kind == "compiled" and f.device == "cpu" for f in b.manifest.files)
+                                         for b in rb.groups.values()) else [])
+    override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5)
+    training = rb.manifest.graph_kinds != ["inference"]
+    names = [f"input:{i}" for i in range(len(pytree.tree_leaves((spec.args, spec.kwargs))))]
+    mode = "autograd" if training else "inference"
+    expected = run_eager(copy.deepcopy(spec.module).train(training), spec.args, spec.kwargs, names, mode)
+    for backend in backends:
+        regional = apply(rb.path, copy.deepcopy(spec.module).train(training), backend=backend,
+                         trusted_subclasses=trusted)
+        actual = observe(regional, spec.args, spec.kwargs, names, mode)
+        report.checks += compare(f"model with regions ({backend})", expected, actual, {}, override)
     return report
 
 

@@ -46,6 +46,7 @@ class RunOptions:
     device: str = "cpu"
     mode: str | None = None
     seed: int = 0
+    model: str | None = None
 
 
 @dataclass(frozen=True)

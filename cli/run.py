@@ -92,6 +92,37 @@ def _generate(info, gen: GenerateOptions, run: RunOptions, as_json: bool):
                     f"{module.backend}); load {load_s * 1e3:.1f} ms")
 
 
+def _run_regions(path: Path, run: RunOptions, trusted, as_json: bool):
+    """A regional bundle: applied to the model file's model, called on its example inputs."""
+    import torch
+
+    import aotc
+    from aotc._torch_compat import pytree
+    from aotc.model_file import load_model
+
+    if not run.model:
+        raise click.UsageError(f"'{path}' is a regional bundle: name the model to apply it to with --model FILE.")
+    spec = load_model(run.model)
+    mode = run.mode or ("train" if aotc.RegionalBundle.open(path).manifest.graph_kinds != ["inference"] else "eval")
+    t0 = time.perf_counter()
+    model = aotc.apply(path, spec.module.train(mode == "train"), backend=run.backend, device=run.device, mode=mode,
+                       trusted_subclasses=trusted)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with torch.set_grad_enabled(mode == "train"):
+        out = model(*spec.args, **spec.kwargs)
+    call_s = time.perf_counter() - t0
+    result = {f"output{pytree.keystr(p)}": v for p, v in pytree.tree_leaves_with_path(out)}
+    summary = {"bundle": str(path), "model": run.model, "outputs": [_describe(k, v) for k, v in result.items()],
+               "seconds": {"apply": round(load_s, 4), "call": round(call_s, 4)}}
+    if as_json:
+        emit_json(summary)
+        return
+    for o in summary["outputs"]:
+        console().print(f"{o['name']}: shape {tuple(o['shape'])} {o['dtype']}, mean {o.get('mean', float('nan')):.4g}")
+    console().print(f"apply {load_s * 1e3:.1f} ms, call {call_s * 1e3:.2f} ms (example inputs of {run.model})")
+
+
 @click.command("run")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--inputs", "inputs_path", type=click.Path(path_type=Path), help="safetensors file, one tensor per input name.")
@@ -100,6 +131,7 @@ def _generate(info, gen: GenerateOptions, run: RunOptions, as_json: bool):
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--mode", type=click.Choice(["eval", "train"]), help="Default: eval if the bundle has an eval graph.")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs (and for sampling).")
+@click.option("--model", help="Regional bundles: the model file to apply the regions to; it runs on its example inputs.")
 @click.option("--prompt-ids", help="Generation bundles: the prompt as comma-separated token ids, e.g. 1,2,3.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=20, show_default=True,
               help="Generation bundles: tokens to generate.")
@@ -135,6 +167,11 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tu
     from aotc.runtime.inputs import random_inputs
     from aotc.runtime.subclasses import caller_inputs
 
+    from aotc.regions import is_regional
+
+    if is_regional(bundle):
+        _run_regions(bundle, run, trusted, as_json)
+        return
     info = Bundle.open(bundle)
     if gen.prompt_ids is not None:
         _generate(info, gen, run, as_json)
