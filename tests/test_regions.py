@@ -125,3 +125,17 @@ def test_regional_bundle_integrity(gpt_regions, tmp_path):
     (copy / "regions.json").write_text(json.dumps(raw))
     with pytest.raises(BundleError, match="does not match its checksum"):
         aotc.RegionalBundle.open(copy)
+
+
+def test_verify_and_run_take_regional_bundles(gpt_regions):
+    model = str(SAMPLES / "gpt_blocks.py")
+    result = invoke("verify", gpt_regions, "--model", model, "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    artifacts = {c["artifact"] for c in report["checks"]}
+    assert "g0/fx" in artifacts and "model with regions (fx)" in artifacts and report["ok"]
+    refused = invoke("run", gpt_regions)
+    assert refused.exit_code == 2 and "--model FILE" in refused.stderr
+    ran = invoke("run", gpt_regions, "--model", model, "--json")
+    assert ran.exit_code == 0, ran.stderr
+    assert json.loads(ran.stdout)["outputs"][0]["shape"] == [2, 16, 128]
