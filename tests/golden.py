@@ -27,10 +27,10 @@ def _write(name: str, data) -> None:
 
 def main() -> None:
     import aotc
-    from aotc.schema import Manifest, Metadata, Signature, json_schema
+    from aotc.schema import Manifest, Metadata, RegionsManifest, Signature, json_schema
     from conftest import fresh_sample
 
-    for cls in (Manifest, Signature, Metadata):
+    for cls in (Manifest, Signature, Metadata, RegionsManifest):
         _write(f"schema/{cls.__name__.lower()}.schema.json", json_schema(cls))
     spec = fresh_sample("inplace")
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ import aotc
 from aotc.bundle import Bundle, load_exported_program
 from aotc.capture import CaptureOptions, capture
 from aotc.errors import BundleError
-from aotc.schema import Manifest, Metadata, Signature, json_schema, to_json
+from aotc.schema import Manifest, Metadata, RegionsManifest, Signature, json_schema, to_json
 from conftest import ROOT, fresh_sample
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -54,7 +54,7 @@ def test_round_trip_every_field(tmp_path):
 
 
 def test_json_schemas_golden():
-    for cls in (Manifest, Signature, Metadata):
+    for cls in (Manifest, Signature, Metadata, RegionsManifest):
         check_golden(f"schema/{cls.__name__.lower()}.schema.json", json_schema(cls))
 
 
