@@ -59,14 +59,21 @@ def _child(spec: dict) -> None:
     from aotc.parity import _golden, _golden_inputs
 
     torch.set_num_threads(spec["threads"])
-    bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+    regional = spec.get("regional", False)  # inputs and model from the model file; no golden inputs
+    bundle = None if regional else Bundle.open(spec["bundle"], verify_hashes=False)
     from aotc.devices import resolve_device
 
     device = resolve_device(spec["device"])
     train = spec["train"]
-    joint = "joint" in bundle.graph_kinds
+    joint = not regional and "joint" in bundle.graph_kinds
     loss_fn = None
-    if spec["variant"].startswith("aotc"):
+    if spec["variant"].startswith("aotc") and regional:
+        import aotc
+        from aotc.model_file import load_model
+
+        model = aotc.apply(spec["bundle"], load_model(spec["source"]).module.to(device).train(train),
+                           backend=spec["backend"], device=device, trusted_subclasses=spec["trusted"])
+    elif spec["variant"].startswith("aotc"):
         import aotc
 
         model = aotc.load(bundle.path, backend=spec["backend"], device=device, mode="train" if train else "eval",
@@ -83,7 +90,14 @@ def _child(spec: dict) -> None:
         from aotc.model_file import load_model
 
         loss_fn = load_model(spec["source"]).loss
-    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), _golden_inputs(bundle, _golden(bundle), spec["trusted"]))
+    if regional:
+        from aotc.model_file import load_model
+
+        example = load_model(spec["source"])
+        inputs = (example.args, example.kwargs)
+    else:
+        inputs = _golden_inputs(bundle, _golden(bundle), spec["trusted"])
+    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
 
     def step():
@@ -161,6 +175,11 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     from aotc.errors import AotcError
     from aotc.parity import artifacts
 
+    from aotc.regions import is_regional
+
+    if is_regional(path):
+        return _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
+                              trusted_subclasses)
     bundle = Bundle.open(path)
     found, _ = artifacts(bundle)
     available = [(label, backend) for label, backend, dev in found if dev == device or backend == "onnx"]
@@ -186,6 +205,42 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     results = []
     variants = [(f"aotc {label}", {"backend": backend}) for label, backend in available]
     variants += [("eager", {})] if "eager" in baselines else []
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+        if "torch.compile" in baselines:
+            variants += [("torch.compile (cold cache)", {}), ("torch.compile (warm cache)", {})]
+        for name, extra in variants:
+            if on_variant:
+                on_variant(name)
+            results.append(run_variant(name, {**spec, **extra}, env if name.startswith("torch.compile") else None))
+    return results
+
+
+def _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
+                   trusted_subclasses) -> list[Result]:
+    """A regional bundle: the model file's model with the regions applied (fx; aoti when
+    every group is compiled) on its example inputs, against the baselines."""
+    from aotc.errors import AotcError
+    from aotc.regions import RegionalBundle
+
+    if not model:
+        raise AotcError(f"'{path}' is a regional bundle: name the model to apply it to with --model (model=).")
+    rb = RegionalBundle.open(path)
+    compiled = all(any(f.kind == "compiled" and f.device == device for f in b.manifest.files) for b in rb.groups.values())
+    available = [b for b in ("fx", "aoti") if b == "fx" or compiled]
+    if backends:
+        unknown = set(backends) - set(available)
+        if unknown:
+            raise AotcError(f"'{path}' has no {', '.join(sorted(unknown))} artifacts for every group; it has "
+                            f"{', '.join(available)}.")
+        available = [b for b in available if b in backends]
+    spec = {"bundle": str(rb.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
+            "train": train or rb.manifest.graph_kinds != ["inference"], "threads": threads, "backend": None,
+            "regional": True,
+            "trusted": [t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for t in trusted_subclasses]}
+    variants = [(f"aotc regions {b}", {"backend": b}) for b in available]
+    variants += [("eager", {})] if "eager" in baselines else []
+    results = []
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
         if "torch.compile" in baselines:

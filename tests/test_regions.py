@@ -139,3 +139,11 @@ def test_verify_and_run_take_regional_bundles(gpt_regions):
     ran = invoke("run", gpt_regions, "--model", model, "--json")
     assert ran.exit_code == 0, ran.stderr
     assert json.loads(ran.stdout)["outputs"][0]["shape"] == [2, 16, 128]
+
+
+def test_bench_takes_regional_bundles(gpt_regions):
+    result = invoke("bench", gpt_regions, "--model", SAMPLES / "gpt_blocks.py", "--backend", "fx",
+                    "--baselines", "eager", "--iters", "2", "--warmup", "1", "--json")
+    assert result.exit_code == 0, result.stderr
+    variants = [r["variant"] for r in json.loads(result.stdout)["results"]]
+    assert variants == ["aotc regions fx", "eager"]
