@@ -200,20 +200,9 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
             "a bundle names."
         )
     spec = {"bundle": str(bundle.path), "source": source, "device": device, "iters": iters, "warmup": warmup,
-            "train": training, "threads": threads, "backend": None,
-            "trusted": [t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for t in trusted_subclasses]}
-    results = []
-    variants = [(f"aotc {label}", {"backend": backend}) for label, backend in available]
-    variants += [("eager", {})] if "eager" in baselines else []
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-        if "torch.compile" in baselines:
-            variants += [("torch.compile (cold cache)", {}), ("torch.compile (warm cache)", {})]
-        for name, extra in variants:
-            if on_variant:
-                on_variant(name)
-            results.append(run_variant(name, {**spec, **extra}, env if name.startswith("torch.compile") else None))
-    return results
+            "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses)}
+    return _run_variants(spec, [(f"aotc {label}", {"backend": backend}) for label, backend in available],
+                         baselines, on_variant)
 
 
 def _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
@@ -236,10 +225,14 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
         available = [b for b in available if b in backends]
     spec = {"bundle": str(rb.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": train or rb.manifest.graph_kinds != ["inference"], "threads": threads, "backend": None,
-            "regional": True,
-            "trusted": [t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for t in trusted_subclasses]}
-    variants = [(f"aotc regions {b}", {"backend": b}) for b in available]
-    variants += [("eager", {})] if "eager" in baselines else []
+            "regional": True, "trusted": _names(trusted_subclasses)}
+    return _run_variants(spec, [(f"aotc regions {b}", {"backend": b}) for b in available], baselines, on_variant)
+
+
+def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Result]:
+    """Each of aotc's `variants`, then the baselines, in a fresh process each; torch.compile
+    with a cold, then warm, inductor cache of its own."""
+    variants = variants + ([("eager", {})] if "eager" in baselines else [])
     results = []
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
@@ -250,6 +243,10 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
                 on_variant(name)
             results.append(run_variant(name, {**spec, **extra}, env if name.startswith("torch.compile") else None))
     return results
+
+
+def _names(classes) -> list[str]:
+    return [t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for t in classes]
 
 
 def as_json(results: list[Result]) -> list[dict]:

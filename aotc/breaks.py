@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass
 
 import torch
 
 from aotc import _torch_compat as tc
+from aotc.schema import BreakEntry as GraphBreak  # one place a model cannot be captured
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _AOTC_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -39,26 +39,8 @@ _KINDS = [
 ]
 
 
-@dataclass(frozen=True)
-class GraphBreak:
-    """One place a model cannot be captured: `file:line` in the user's code (the call
-    chain from forward in `stack`), the kind and reason in plain words, and what to do."""
-
-    file: str
-    line: int
-    function: str
-    code: str
-    kind: str
-    reason: str
-    fix: str
-    torch_reason: str
-    stack: list[str]
-
-    def where(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}"
-
-    def to_json(self) -> dict:
-        return asdict(self)
+def where(b: GraphBreak) -> str:
+    return f"{b.file}:{b.line} in {b.function}"
 
 
 def _classify(reason: str) -> tuple[str, str, str]:
@@ -109,7 +91,7 @@ def describe(breaks: list[GraphBreak]) -> str:
     """The report as text, a paragraph per break."""
     lines = []
     for i, b in enumerate(breaks, 1):
-        lines.append(f"  {i}. {b.where()}: {b.code}")
+        lines.append(f"  {i}. {where(b)}: {b.code}")
         if len(b.stack) > 1:
             lines.append(f"     called from {' -> '.join(b.stack[:-1])}")
         lines.append(f"     {b.kind}: {b.reason}.")

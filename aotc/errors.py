@@ -33,7 +33,9 @@ class GraphBreakError(CaptureError):
         self.breaks = breaks
 
     def to_json(self) -> dict:
-        return {"error": str(self), "breaks": [b.to_json() for b in self.breaks]}
+        from aotc.schema import to_json
+
+        return {"error": str(self), "breaks": [to_json(b) for b in self.breaks]}
 
 
 class BundleError(AotcError):

@@ -20,6 +20,7 @@ returns the model.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fnmatch
 import json
@@ -39,7 +40,6 @@ from aotc.bundle import Bundle, check_rel_path, check_target, check_writable, ma
 from aotc.errors import BundleError, CaptureError, RegionError
 from aotc.schema import (
     FORMAT_VERSION,
-    BreakEntry,
     FileEntry,
     ModelInfo,
     Region,
@@ -73,8 +73,6 @@ class _Call:
 def _record_calls(model: torch.nn.Module, args: tuple, kwargs: dict, grad: bool = False) -> dict[str, _Call]:
     """Every submodule's inputs and outputs at its first call, from one eager run of a
     copy; with `grad`, under grad mode, so inputs require grad as in training."""
-    import copy
-
     from aotc.observe import clone_tree
 
     twin = copy.deepcopy(model)  # the run may update buffers (BatchNorm); the user's model stays as it was
@@ -222,7 +220,7 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
     mode = "eval" if graphs == ("inference",) else "train"
     with torch.no_grad():
         try:
-            breaks = report(__import__("copy").deepcopy(model), args, kwargs)
+            breaks = report(copy.deepcopy(model), args, kwargs)
         except Exception:  # the report is a help, not a requirement
             breaks = []
 
@@ -286,7 +284,7 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
                             class_name=type(model).__name__, training=model.training,
                             num_parameters=sum(p.numel() for p in model.parameters())),
             graph_kinds=list(graphs), regions=placed, groups=[g for g, _ in groups],
-            breaks=[BreakEntry(**b.to_json()) for b in breaks], files=files,
+            breaks=breaks, files=files,
         )
         raw = to_json(manifest)
         raw["checksum"] = manifest_checksum(raw)
