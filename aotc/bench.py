@@ -1,15 +1,27 @@
-"""`aotc bench`: a bundle's backends against eager and torch.compile, side by side.
+"""`aotc bench`: a bundle's backends against the strongest baselines, side by side.
 
 Every variant runs in a fresh Python process (`python -m aotc.bench`), timed from before
 the process starts to its first output (cold start), then for `iters` more calls
-(steady state: median and p90) on the bundle's golden inputs; the child reports its peak
-RSS (CPU) or `max_memory_allocated` (CUDA). With `train`, a call is a whole step:
-forward, backward and an SGD step. torch.compile runs twice: with an empty inductor
-cache (cold) and with the cache the first run left (warm).
+(steady state: median and p90); the child reports its peak RSS (CPU) or
+`max_memory_allocated` (CUDA). With `train`, a call is a whole step: forward, backward
+and an SGD step. The variants:
+
+- `aotc <backend>`: `aotc.load(bundle)`, the whole wrapper stack, on the golden inputs;
+- `aoti raw runner`: the compiled package's own `run` on flat tensors gathered once, no
+  aotc code per call: the floor the wrapper stack is measured against (training: the
+  forward and backward packages and a foreach SGD update, no buffer updates);
+- `eager` and `torch.compile` (cold, then warm inductor cache) on the model the user
+  names with `model`;
+- `aot_compile`: torch.compile's own ahead-of-time artifact
+  (`torch.compile(model.forward, fullgraph=True).aot_compile(...)`, then
+  `save_compiled_function`), made in a process of its own that is not timed, then loaded
+  with `torch.compiler.load_compiled_function` (a pickle; the model's class must be
+  importable) with an empty inductor cache (cold) and with the one compiling left (warm).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -20,20 +32,26 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-BASELINES = ("eager", "torch.compile")
+BASELINES = ("eager", "torch.compile", "aot_compile", "raw")
+MODEL_BASELINES = ("eager", "torch.compile", "aot_compile")  # these rebuild the model from --model
+RAW = "aoti raw runner"
+AOT_NOTE = "pickle (AOTCompilePickler); needs the model's class importable"
 
 
 @dataclass(frozen=True)
 class Result:
-    """One variant's figures; times in seconds (cold start) and microseconds (per call)."""
+    """One variant's figures; times in seconds (cold start) and microseconds (per call).
+    A baseline that failed has `error` set and no figures."""
 
     variant: str
-    cold_start_s: float
-    median_us: float
-    p90_us: float
+    cold_start_s: float | None
+    median_us: float | None
+    p90_us: float | None
     iters: int
-    calls_per_s: float
-    peak_memory_mib: float
+    calls_per_s: float | None
+    peak_memory_mib: float | None
+    note: str = ""
+    error: str = ""
 
 
 def _peak_rss_mib() -> float:
@@ -50,69 +68,156 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _child(spec: dict) -> None:
-    """Runs in the child process: build the variant, time it, print one JSON line."""
+# ----------------------------------------------------------------- in the child process
+
+
+def _inputs(spec: dict, device):
+    """(args, kwargs) on `device`: the bundle's golden inputs, or a regional bundle's
+    model file's example inputs."""
     import torch
 
     from aotc._torch_compat import pytree
-    from aotc.bundle import Bundle
-    from aotc.parity import _golden, _golden_inputs
 
-    torch.set_num_threads(spec["threads"])
-    regional = spec.get("regional", False)  # inputs and model from the model file; no golden inputs
-    bundle = None if regional else Bundle.open(spec["bundle"], verify_hashes=False)
-    from aotc.devices import resolve_device
-
-    device = resolve_device(spec["device"])
-    train = spec["train"]
-    joint = not regional and "joint" in bundle.graph_kinds
-    loss_fn = None
-    if spec["variant"].startswith("aotc") and regional:
-        import aotc
+    if spec.get("regional"):
         from aotc.model_file import load_model
 
-        model = aotc.apply(spec["bundle"], load_model(spec["source"]).module.to(device).train(train),
-                           backend=spec["backend"], device=device, trusted_subclasses=spec["trusted"])
-    elif spec["variant"].startswith("aotc"):
+        example = load_model(spec["source"])
+        inputs = (example.args, example.kwargs)
+    else:
+        from aotc.bundle import Bundle
+        from aotc.parity import _golden, _golden_inputs
+
+        bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+        inputs = _golden_inputs(bundle, _golden(bundle), spec["trusted"])
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
+
+
+def _model_step(spec: dict, device):
+    """A step over a model: aotc's loaded bundle, eager, torch.compile or an aot_compile
+    artifact; returns step()."""
+    import torch
+
+    from aotc._torch_compat import pytree
+
+    variant, train = spec["variant"], spec["train"]
+    regional = spec.get("regional", False)
+    joint = False
+    loss_fn = None
+    if variant.startswith("aotc"):
         import aotc
 
-        model = aotc.load(bundle.path, backend=spec["backend"], device=device, mode="train" if train else "eval",
-                          trusted_subclasses=spec["trusted"])
+        if regional:
+            from aotc.model_file import load_model
+
+            model = aotc.apply(spec["bundle"], load_model(spec["source"]).module.to(device).train(train),
+                               backend=spec["backend"], device=device, trusted_subclasses=spec["trusted"])
+        else:
+            model = aotc.load(spec["bundle"], backend=spec["backend"], device=device,
+                              mode="train" if train else "eval", trusted_subclasses=spec["trusted"])
+            joint = "joint" in model._programs
+        call = model
+        if train and not joint and spec["source"]:
+            from aotc.model_file import load_model
+
+            loss_fn = load_model(spec["source"]).loss
     else:
         from aotc.model_file import load_model
 
         loaded = load_model(spec["source"])
         model = loaded.module.to(device).train(train)
         loss_fn = loaded.loss
-        if spec["variant"].startswith("torch.compile"):
-            model = torch.compile(model)
-    if train and loss_fn is None and spec["source"] and not joint:
-        from aotc.model_file import load_model
+        call = model
+        if variant.startswith("torch.compile"):
+            call = torch.compile(model)
+        elif variant.startswith("aot_compile"):
+            with open(spec["artifact"], "rb") as f:
+                compiled = torch.compiler.load_compiled_function(f)
 
-        loss_fn = load_model(spec["source"]).loss
-    if regional:
-        from aotc.model_file import load_model
-
-        example = load_model(spec["source"])
-        inputs = (example.args, example.kwargs)
-    else:
-        inputs = _golden_inputs(bundle, _golden(bundle), spec["trusted"])
-    args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
+            def call(*a, **k):
+                return compiled(model, *a, **k)
+    args, kwargs = _inputs(spec, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
 
     def step():
         if not train:
             with torch.no_grad():
-                return model(*args, **kwargs)
-        if joint and spec["variant"].startswith("aotc"):
+                return call(*args, **kwargs)
+        if joint:
             loss = model.train_step(*args, **kwargs)
         else:
-            out = model(*args, **kwargs)
+            out = call(*args, **kwargs)
             loss = loss_fn(out, *args, **kwargs) if loss_fn else sum(o.float().sum() for o in pytree.tree_leaves(out))
             loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         return loss
+
+    return step
+
+
+def _raw_step(spec: dict, device):
+    """The compiled packages called bare on flat tensors gathered once; returns step()."""
+    import torch
+
+    from aotc._torch_compat import aoti_package_loader
+    from aotc.bundle import Bundle
+    from aotc.exporters.aoti import artifact_path
+    from aotc.graph_inputs import example_graph_inputs
+
+    bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+    workdir = tempfile.mkdtemp(prefix="aotc-bench-")
+    index = device.index if device.index is not None else -1
+
+    def runner(kind: str):
+        return aoti_package_loader(str(bundle.path / artifact_path(kind, device.type)), index, workdir).run
+
+    kinds = bundle.graph_kinds
+    if not spec["train"] or "inference" in kinds:
+        kind = "inference" if "inference" in kinds else kinds[0]
+        run, flat = runner(kind), example_graph_inputs(bundle, kind, device)
+        return lambda: run(flat)
+    sig = bundle.signature.graphs
+    lr = 1e-3
+    if "joint" in kinds:
+        run, flat = runner("joint"), example_graph_inputs(bundle, "joint", device)
+        names = [s.name for s in sig["joint"].inputs]
+        grads = [i for i, s in enumerate(sig["joint"].outputs) if s.role == "gradient"]
+        params = [flat[names.index(sig["joint"].outputs[i].name.removeprefix("grad:"))] for i in grads]
+
+        def joint_step():
+            outs = run(flat)
+            torch._foreach_add_(params, [outs[i] for i in grads], alpha=-lr)
+
+        return joint_step
+    from aotc.runtime.autograd_fn import TrainingGraphs
+
+    graphs = TrainingGraphs.build(None, None, sig["forward"], sig["backward"])
+    forward, backward = runner("forward"), runner("backward")
+    flat = example_graph_inputs(bundle, "forward", device)
+    outs = forward(flat)
+    ones = [torch.ones_like(outs[p]) for p in graphs.tangent_outputs]
+    roles = [s.role for s in sig["forward"].inputs]
+    updates = [(k, t) for k, t in enumerate(graphs.grad_targets) if roles[t] == "parameter"]
+    params = [flat[t] for _, t in updates]
+
+    def train_step():
+        outs = forward(flat)
+        saved = outs[graphs.num_visible:]
+        grads = backward([saved[i] if kind == "saved" else ones[i] for kind, i in graphs.backward_inputs])
+        torch._foreach_add_(params, [grads[k] for k, _ in updates], alpha=-lr)
+
+    return train_step
+
+
+def _child(spec: dict) -> None:
+    """Runs in the child process: build the variant, time it, print one JSON line."""
+    import torch
+
+    from aotc.devices import resolve_device
+
+    torch.set_num_threads(spec["threads"])
+    device = resolve_device(spec["device"])
+    step = _raw_step(spec, device) if spec["variant"] == RAW else _model_step(spec, device)
 
     def sync():
         if device.type == "cuda":
@@ -141,6 +246,29 @@ def _child(spec: dict) -> None:
     }), flush=True)
 
 
+def _prepare_aot(spec: dict) -> None:
+    """Runs in a process of its own: aot_compile the model on the bundle's inputs and save it."""
+    import torch
+
+    from aotc.devices import resolve_device
+    from aotc.model_file import load_model
+
+    torch.set_num_threads(spec["threads"])
+    device = resolve_device(spec["device"])
+    model = load_model(spec["source"]).module.to(device).train(spec["train"])
+    args, kwargs = _inputs(spec, device)
+    with torch.no_grad() if not spec["train"] else contextlib.nullcontext():
+        compiled = torch.compile(model.forward, fullgraph=True).aot_compile((args, kwargs))
+    compiled.save_compiled_function(spec["artifact"])
+
+
+# ----------------------------------------------------------------- in the driver
+
+
+def _last_line(err: str) -> str:
+    return ([ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"])[0]
+
+
 def run_variant(variant: str, spec: dict, env: dict | None = None) -> Result:
     """Run one variant in a fresh process and collect its figures."""
     start = time.perf_counter()
@@ -156,21 +284,24 @@ def run_variant(variant: str, spec: dict, env: dict | None = None) -> Result:
             figures = json.loads(line)
     err = proc.stderr.read()
     if proc.wait() != 0 or first is None or figures is None:
-        last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"]
         from aotc.errors import AotcError
 
-        raise AotcError(f"benchmark variant '{variant}' failed: {last[0]}")
+        raise AotcError(f"benchmark variant '{variant}' failed: {_last_line(err)}")
     median = figures["median_us"]
     return Result(variant, first, median, figures["p90_us"], spec["iters"], 1e6 / median if median else 0.0,
-                  figures["peak_memory_mib"])
+                  figures["peak_memory_mib"], note=AOT_NOTE if variant.startswith("aot_compile") else "")
+
+
+def _failed(variant: str, spec: dict, error: str) -> Result:
+    return Result(variant, None, None, None, spec["iters"], None, None, error=error)
 
 
 def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: int = 10, device: str = "cpu",
           train: bool = False, threads: int = 1, on_variant=None, model: str | None = None,
           trusted_subclasses=()) -> list[Result]:
-    """Benchmark every backend of the bundle (or `backends`) and the baselines, which
-    rebuild eager from `model` (a model file or pkg.mod:factory the caller names; a path
-    recorded in the bundle is never imported)."""
+    """Benchmark every backend of the bundle (or `backends`) and the baselines; eager,
+    torch.compile and aot_compile rebuild the model from `model` (a model file or
+    pkg.mod:factory the caller names; a path recorded in the bundle is never imported)."""
     from aotc.bundle import Bundle
     from aotc.errors import AotcError
     from aotc.parity import artifacts
@@ -192,17 +323,25 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
             )
         available = [(label, b) for label, b in available if b in backends]
     training = train or bundle.metadata.training and "inference" not in bundle.graph_kinds
-    source = model
-    if baselines and not source:
+    _need_model(baselines, model)
+    spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
+            "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses)}
+    variants = [(f"aotc {label}", {"backend": backend}) for label, backend in available]
+    if "raw" in baselines and any(b == "aoti" for _, b in available):
+        variants.append((RAW, {}))
+    return _run_variants(spec, variants, baselines, on_variant)
+
+
+def _need_model(baselines, model) -> None:
+    rebuilding = [b for b in baselines if b in MODEL_BASELINES]
+    if rebuilding and not model:
+        from aotc.errors import AotcError
+
         raise AotcError(
-            f"the {' and '.join(baselines)} baseline(s) rebuild the model: name its file with --model "
+            f"the {' and '.join(rebuilding)} baseline(s) rebuild the model: name its file with --model "
             "(model=), or pass --baselines none to time the bundle alone. aotc never runs a model file "
             "a bundle names."
         )
-    spec = {"bundle": str(bundle.path), "source": source, "device": device, "iters": iters, "warmup": warmup,
-            "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses)}
-    return _run_variants(spec, [(f"aotc {label}", {"backend": backend}) for label, backend in available],
-                         baselines, on_variant)
 
 
 def _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
@@ -230,19 +369,54 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
 
 
 def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Result]:
-    """Each of aotc's `variants`, then the baselines, in a fresh process each; torch.compile
-    with a cold, then warm, inductor cache of its own."""
-    variants = variants + ([("eager", {})] if "eager" in baselines else [])
+    """Each of aotc's `variants`, then the baselines, in a fresh process each. torch.compile
+    and aot_compile get a cold inductor cache of their own, then the cache their first
+    run (or the aot_compile preparation) left. A baseline that fails is reported, not fatal."""
     results = []
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-        if "torch.compile" in baselines:
-            variants += [("torch.compile (cold cache)", {}), ("torch.compile (warm cache)", {})]
-        for name, extra in variants:
-            if on_variant:
-                on_variant(name)
-            results.append(run_variant(name, {**spec, **extra}, env if name.startswith("torch.compile") else None))
+    for name, extra in variants:
+        if on_variant:
+            on_variant(name)
+        results.append(run_variant(name, {**spec, **extra}))
+    if "eager" in baselines:
+        results.append(_baseline("eager", spec, None, on_variant))
+    if "torch.compile" in baselines:
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+            for name in ("torch.compile (cold cache)", "torch.compile (warm cache)"):
+                results.append(_baseline(name, spec, env, on_variant))
+    if "aot_compile" in baselines and not spec.get("regional"):
+        results += _aot_compile_variants(spec, on_variant)
     return results
+
+
+def _baseline(name: str, spec: dict, env: dict | None, on_variant, extra: dict | None = None) -> Result:
+    if on_variant:
+        on_variant(name)
+    from aotc.errors import AotcError
+
+    try:
+        return run_variant(name, {**spec, **(extra or {})}, env)
+    except AotcError as e:
+        return _failed(name, spec, str(e))
+
+
+def _aot_compile_variants(spec: dict, on_variant) -> list[Result]:
+    names = ("aot_compile (cold cache)", "aot_compile (warm cache)")
+    with tempfile.TemporaryDirectory() as tmp:
+        warm, artifact = Path(tmp) / "warm-cache", str(Path(tmp) / "compiled.bin")
+        if on_variant:
+            on_variant("aot_compile: compiling (not timed)")
+        proc = subprocess.run(
+            [sys.executable, "-m", "aotc.bench", "--prepare-aot", json.dumps({**spec, "artifact": artifact})],
+            capture_output=True, text=True, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)),
+        )
+        if proc.returncode != 0:
+            error = f"aot_compile failed: {_last_line(proc.stderr)}"
+            return [_failed(name, spec, error) for name in names]
+        extra = {"artifact": artifact}
+        cold = _baseline(names[0], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "cold-cache")),
+                         on_variant, extra)
+        return [cold, _baseline(names[1], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)), on_variant, extra)]
 
 
 def _names(classes) -> list[str]:
@@ -254,4 +428,7 @@ def as_json(results: list[Result]) -> list[dict]:
 
 
 if __name__ == "__main__":
-    _child(json.loads(sys.argv[1]))
+    if sys.argv[1] == "--prepare-aot":
+        _prepare_aot(json.loads(sys.argv[2]))
+    else:
+        _child(json.loads(sys.argv[1]))

@@ -8,6 +8,7 @@ Every mistake is reported as one `ModelFileError` paragraph naming the file.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -56,7 +57,9 @@ def _import_path(path: Path) -> ModuleType:
         )
     if path.suffix != ".py" or not path.is_file():
         raise ModelFileError(f"Model file '{path}' is not a .py file. Give a Python file.")
-    mod_name = f"aotc_model_{path.stem}_{abs(hash(str(path.resolve())))}"
+    # the same name in every process (str hashes are salted per process): a pickle that
+    # names the model's class (torch.compile's aot_compile artifacts) finds it again
+    mod_name = f"aotc_model_{path.stem}_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module

@@ -20,7 +20,10 @@ def console():
     """A rich console on stderr: people read stderr, programs read stdout."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    import sys
+
+    # piped or captured, tables keep their width instead of folding at 80 columns
+    return Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
 
 
 def debug_option(fn: Callable) -> Callable:

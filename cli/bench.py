@@ -13,8 +13,9 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines.")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
-@click.option("--baselines", default="eager,torch.compile", show_default=True,
-              help="Comma-separated: eager, torch.compile; 'none' for the bundle alone.")
+@click.option("--baselines", default="eager,torch.compile,aot_compile,raw", show_default=True,
+              help="Comma-separated: eager, torch.compile, aot_compile (torch.compile's saved artifact), "
+                   "raw (the AOTInductor package's own runner, no aotc code); 'none' for the bundle alone.")
 @click.option("--iters", default=200, show_default=True, help="Timed calls per variant.")
 @click.option("--warmup", default=20, show_default=True, help="Untimed calls before timing.")
 @click.option("--device", default="cpu", show_default=True)
@@ -26,10 +27,12 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @handles_errors
 def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, train, trusted, as_json,
                   debug):
-    """Time every backend of BUNDLE against eager and torch.compile, side by side.
+    """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
+    aot_compile artifact and the raw AOTInductor runner, side by side.
 
     Each variant runs in a fresh process: cold start is the time from process start to
-    the first output; steady state is the median and p90 of --iters calls.
+    the first output; steady state is the median and p90 of --iters calls. A baseline
+    that fails is reported in its row; an aotc backend that fails is an error.
 
     \b
     Examples:
@@ -43,7 +46,7 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
     chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(",") if b.strip())
     unknown = set(chosen) - set(BASELINES)
     if unknown:
-        raise click.BadParameter(f"unknown baseline(s) {sorted(unknown)}; use eager, torch.compile or none.",
+        raise click.BadParameter(f"unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINES)} or none.",
                                  param_hint="--baselines")
     out = console()
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
@@ -55,21 +58,31 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
     if as_json:
         emit_json({"bundle": str(bundle), "device": device, "train": train, "results": results_json(results)})
         return
+    out.print(results_table(results, f"bench {bundle} ({device}, {threads} thread{'s' if threads > 1 else ''}"
+                                     f"{', training step' if train else ''})"))
+    out.print(f"{iters} timed calls per variant after {warmup} warm-up calls; ratios > 1 mean faster.")
+
+
+def results_table(results, title: str):
+    """The results as a rich Table, with each variant's speed relative to eager,
+    torch.compile (warm cache) and the raw AOTInductor runner."""
     from rich.table import Table
 
-    ref = {r.variant: r for r in results}
-    eager = ref.get("eager")
-    compiled = ref.get("torch.compile (warm cache)")
-    table = Table(title=f"bench {bundle} ({device}{', training step' if train else ''})", title_justify="left")
-    for col in ("variant", "cold start", "median", "p90", "calls/s", "peak MiB", "speed vs eager",
-                "vs torch.compile"):
+    from aotc.bench import RAW
+
+    ref = {r.variant: r for r in results if r.median_us}
+    bases = [(ref.get("eager"), "vs eager"), (ref.get("torch.compile (warm cache)"), "vs torch.compile"),
+             (ref.get(RAW), "vs raw runner")]
+    table = Table(title=title, title_justify="left")
+    for col in ("variant", "cold start", "median", "p90", "calls/s", "peak MiB", *(label for _, label in bases)):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in results:
+        if not r.median_us:
+            table.add_row(r.variant, f"[red]failed: {r.error}[/red]", *["-"] * (5 + len(bases)))
+            continue
         table.add_row(
             r.variant, f"{r.cold_start_s:.2f} s", f"{r.median_us:.1f} µs", f"{r.p90_us:.1f} µs",
             f"{r.calls_per_s:,.0f}", f"{r.peak_memory_mib:.0f}",
-            f"{eager.median_us / r.median_us:.2f}x" if eager else "-",
-            f"{compiled.median_us / r.median_us:.2f}x" if compiled else "-",
+            *(f"{base.median_us / r.median_us:.2f}x" if base else "-" for base, _ in bases),
         )
-    out.print(table)
-    out.print(f"{iters} timed calls per variant after {warmup} warm-up calls; ratios > 1 mean faster.")
+    return table
