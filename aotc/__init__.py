@@ -62,6 +62,7 @@ _EXPORTS = {
     "AmbientStateError": "aotc.errors",
     "GraphBreakError": "aotc.errors",
     "RegionError": "aotc.errors",
+    "DistributedError": "aotc.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

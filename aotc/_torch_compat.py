@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -171,8 +172,8 @@ def onnx_unsupported_ops(graph) -> list[str]:
 _TMPDIR_LOCK = threading.Lock()
 
 
-def aoti_package_runner(path: str, device_index: int, workdir: str):
-    """An AOTInductor package's `boxed_run`, loaded without torch's Python wrapper.
+def aoti_package_loader(path: str, device_index: int, workdir: str):
+    """An AOTInductor package's loader (`run`, `boxed_run`), without torch's Python wrapper.
 
     `torch._inductor.aoti_load_package` first calls `get_device_information`, which picks
     the CPU vector ISA by compiling probe programs (seconds with a cold inductor cache;
@@ -193,7 +194,7 @@ def aoti_package_runner(path: str, device_index: int, workdir: str):
                 del os.environ["TMPDIR"]
             else:
                 os.environ["TMPDIR"] = previous
-    return loader.boxed_run
+    return loader
 
 
 @contextlib.contextmanager
@@ -224,3 +225,30 @@ def eager_dropout():
     finally:
         op.py_kernels.update(saved)
         op._dispatch_cache.clear()
+
+
+def global_state_guard():
+    """Dynamo's C++ guard on the global state now (grad mode, autocast, default dtype,
+    deterministic algorithms, torch-function enablement, threads): `.check()` is one C call."""
+    from torch._C._dynamo.guards import GlobalStateGuard
+
+    return GlobalStateGuard()
+
+
+def tensor_guards(examples: list, sizes: list, strides: list):
+    """Dynamo's C++ guard on tensors like `examples` (dtype, device, dispatch keys,
+    requires_grad, and the sizes and strides not None). Its `.check(*tensors)` must be
+    given tensors only: anything else crashes the process."""
+    from torch._C._dynamo.guards import TensorGuards
+
+    return TensorGuards(*examples, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+
+
+def module_hooks_registered() -> Callable[[], bool]:
+    """A function telling whether any global nn.Module hook is registered (the per-module
+    ones are on the module)."""
+    from torch.nn.modules import module as m
+
+    tables = (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
+              m._global_backward_pre_hooks, m._global_forward_hooks_always_called)
+    return lambda: any(tables)

@@ -81,3 +81,8 @@ class UntrustedSubclassError(AotcError):
 class RegionError(AotcError):
     """A regional bundle does not fit the model it is applied to (a missing submodule,
     another class, other weight names or shapes)."""
+
+
+class DistributedError(AotcError):
+    """A loaded bundle was asked to train in a way torch.distributed cannot synchronize,
+    e.g. a joint bundle's train_step under DDP or FSDP2."""

@@ -109,6 +109,10 @@ class CompiledGraph:
     def __init__(self, run, layouts: list | None = None):
         self._run = run
         self._layouts = [(i, g) for i, g in enumerate(layouts or []) if g is not None]
+        # for the runtime's fast path (aotc.runtime.fast_path): the bare runner, which
+        # records no autograd history, and the layout each input must already have
+        self.fast_call = run
+        self.layouts = layouts
 
     def __call__(self, *args):
         if self._layouts:
@@ -160,12 +164,12 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     path = bundle.path / rel
     check_compiled_package(path)
     check_hash(bundle.path, entry)
-    from aotc._torch_compat import aoti_package_runner
+    from aotc._torch_compat import aoti_package_loader
 
     index = device.index if device.index is not None else -1
     workdir = tempfile.mkdtemp(prefix="aotc-load-")
     try:
-        run = aoti_package_runner(str(path), index, workdir)
+        run = aoti_package_loader(str(path), index, workdir).boxed_run
     except Exception as e:
         shutil.rmtree(workdir, ignore_errors=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""

@@ -86,6 +86,13 @@ class Epilogue:
         ]
         self.bases = [i for i, s in enumerate(signature.outputs) if s.role == "intermediate_base"]
         self.grad_enabled_mutation = meta.grad_enabled_mutation
+        # built once: plain outputs taken as they are, then aliases in dependency order (an
+        # alias may be a view of a later user output, which may itself alias an intermediate)
+        self._plain = [(i, p.output) for i, p in enumerate(self.outputs) if p.kind in _PLAIN]
+        self._aliases = [
+            (i, p) for i, p in sorted(enumerate(self.outputs), key=lambda ip: _depends_on_outputs(ip[1]))
+            if p.kind not in _PLAIN or p.same_as is not None or p.view_of is not None
+        ]
         self.trivial = (
             not self.mutations
             and not self.user_metadata
@@ -105,16 +112,19 @@ class Epilogue:
                 with torch.no_grad() if target.is_leaf and target.requires_grad else contextlib.nullcontext():
                     target.as_strided_(size, stride, offset)
             if m.data:
-                with torch.no_grad() if m.hidden else torch.enable_grad():
-                    target.copy_(value)
+                if m.hidden and not target.requires_grad and not value.requires_grad:
+                    target.copy_(value)  # records nothing either way; no_grad's context costs µs
+                else:
+                    with torch.no_grad() if m.hidden else torch.enable_grad():
+                        target.copy_(value)
         for output, user in self.user_metadata:
             target, value = flat[user], outs[output]
             with torch.no_grad() if target.is_leaf and target.requires_grad else contextlib.nullcontext():
                 target.as_strided_(value.size(), value.stride(), value.storage_offset())
-        # Plain outputs first, then outputs that alias others: an alias may be a view of a
-        # later user output, which may itself alias an intermediate.
-        results: list = [outs[p.output] if p.kind in _PLAIN else None for p in self.outputs]
-        for i, plan in sorted(enumerate(self.outputs), key=lambda ip: _depends_on_outputs(ip[1])):
+        results: list = [None] * len(self.outputs)
+        for i, output in self._plain:
+            results[i] = outs[output]
+        for i, plan in self._aliases:
             raw = outs[plan.output]
             if plan.kind == "is_input":
                 results[i] = primals[plan.base_idx]

@@ -11,19 +11,23 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
-from aotc.aliasing import synthetic_base
+from aotc.aliasing import StrideGuard, dense_strides, synthetic_base
 from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
 from aotc.errors import AotcError, GraphRunError, InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
+from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.epilogue import Epilogue
+from aotc.runtime.fast_path import MISS, FastPath, contiguous_strides
 from aotc.runtime.inputs import build_checks, build_guard
 from aotc.runtime.state import populate, slot_getter
 from aotc.runtime.subclasses import SubclassLayer
 from aotc.schema import GraphSignature, ProgramMeta
 
 Graph = Callable[..., tuple]
+_global_hooks = tc.module_hooks_registered()
 
 
 def with_constants(graph: Graph, signature: GraphSignature, stored: dict, device: torch.device) -> Graph:
@@ -98,6 +102,11 @@ class Program:
         ]
 
 
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t` covers its memory exactly once (some order of its dims is row-major)."""
+    return t.stride() == dense_strides(t.shape, StrideGuard.of(list(t.shape), list(t.stride()), True).order)
+
+
 def _accumulate(target: torch.Tensor, grad: torch.Tensor) -> None:
     target.grad = grad.clone() if target.grad is None else target.grad + grad
 
@@ -145,6 +154,8 @@ class LoadedModule(nn.Module):
         self._plain_arity = len(sig.user_inputs) if plain == self._in_spec else -1
         self._out_spec = pytree.treespec_loads(sig.out_spec)
         self._out_is_leaf = self._out_spec.is_leaf()
+        n_out = self._out_spec.num_leaves
+        self._out_is_tuple = self._out_spec == pytree.tree_flatten(tuple(range(n_out)))[1]
         self._checks = build_checks(meta, sig.user_inputs)
         self._ambient = AmbientGuard(meta.ambient, device.type, str(bundle.path))
         self._user_meta = meta.user_inputs
@@ -162,7 +173,66 @@ class LoadedModule(nn.Module):
                 graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated
             )
         self.generation = bundle.manifest.generation  # set for prefill/decode bundles
+        self._fast = self._fast_path(graphs.get("inference"), sig.graphs.get("inference"))
+        if self._fast is not None and self._ambient_accepts():
+            self._fast.accept_current_state()
         self.train(mode == "train")
+
+    def _ambient_accepts(self) -> bool:
+        try:
+            if self._ambient.active:
+                self._ambient.check()
+        except AotcError:
+            return False
+        return True
+
+    def _fast_path(self, graph, signature) -> FastPath | None:
+        """The inference program's fast path, when its backend offers a bare runner (aoti)
+        and its calls need no more than FastPath checks; None otherwise."""
+        program = self._programs.get("inference")
+        run = getattr(graph, "fast_call", None)
+        if program is None or run is None or self._captured_training or self._subclasses is not None:
+            return None
+        n = len(self._checks)
+        layouts = (graph.layouts or [None] * len(signature.inputs))[-n:] if n else []
+        epilogue, guard = program.epilogue, program.guard
+        if (not program._layout_simple or program._user != list(range(n)) or program.static_shapes
+                or program.set_requires_grad or guard.duplicates or guard.groups or epilogue.user_metadata
+                or epilogue.grad_enabled_mutation is not None or self._plain_arity != n
+                or any(s.role == "constant" for s in signature.inputs) or not contiguous_strides(layouts)):
+            return None
+        examples = [
+            torch.empty_strided(c.shape, meta.stride, dtype=c.dtype, device=self.device)
+            for c, meta in zip(self._checks, self._user_meta)
+        ]
+        if guard.mutated and not all(_dense(t) for t in examples):
+            return None  # FastPath's overlap test takes each input's memory as [data_ptr, + nbytes)
+        dynamic = [(i, d, symbol, lo, hi) for i, c in enumerate(self._checks) for d, (symbol, lo, hi) in c.dynamic.items()]
+        plans, spec = epilogue.outputs, self._out_spec
+        if not epilogue.trivial:
+            def finish(primals, outs, args):
+                return self._unflatten(epilogue.apply(primals, outs, args))
+        elif self._out_is_leaf:
+            position = plans[0].output
+
+            def finish(primals, outs, args):
+                return outs[position]
+        else:
+            def finish(primals, outs, args):
+                return pytree.tree_unflatten([outs[p.output] for p in plans], spec)
+        return FastPath(run, examples, layouts, dynamic, program._state, guard.mutated, finish)
+
+    def __call__(self, *args, **kwargs):
+        # nn.Module's own __call__ costs more than the whole fast path; it is skipped only
+        # when no hook, per module or global, would have run
+        fast = self._fast
+        if (fast is not None and not kwargs and not self.training and not self._forward_hooks
+                and not self._forward_pre_hooks and not self._backward_hooks and not self._backward_pre_hooks
+                and not _global_hooks()):
+            out = fast(args)
+            if out is not MISS:
+                return out
+        return super().__call__(*args, **kwargs)
 
     # ----------------------------------------------------------------- the call path
 
@@ -192,10 +262,16 @@ class LoadedModule(nn.Module):
             return self._subclasses.outer_outputs(outputs)
         if self._out_is_leaf:
             return outputs[0]
+        if self._out_is_tuple:  # the common case, without pytree's walk
+            return tuple(outputs)
         return pytree.tree_unflatten(outputs, self._out_spec)
 
     def forward(self, *args, **kwargs):
-        return self._forward(self._program_for_call(), args, kwargs)
+        program = self._program_for_call()
+        out = self._forward(program, args, kwargs)
+        if self._fast is not None and program.kind == "inference":
+            self._fast.accept_current_state()  # the full checks passed under it
+        return out
 
     def run_graph(self, kind: str, *args, **kwargs):
         """Call one graph of the bundle by its kind, e.g. "decode" of a generation bundle."""
@@ -279,6 +355,7 @@ class LoadedModule(nn.Module):
     def train_step(self, *args, **kwargs) -> torch.Tensor:
         """Run the joint graph once: accumulate .grad of every parameter (and of user inputs
         that require grad), update buffers, and return the loss."""
+        check_joint_step(self)  # refused under DDP/FSDP2, which would never see these gradients
         if "joint" not in self._programs:
             raise ModeError(
                 f"train_step needs a joint bundle; this one has {', '.join(self._graph_kinds)}. "
