@@ -43,7 +43,8 @@ def current() -> AmbientState:
 
 
 class AmbientGuard:
-    """The per-call check of a loaded bundle; a few C calls when nothing differs."""
+    """The per-call check of a loaded bundle: one C call (Dynamo's GlobalStateGuard) when
+    the state is one the full check accepted before."""
 
     def __init__(self, state: AmbientState | None, device_type: str, bundle: str):
         self.active = state is not None
@@ -56,8 +57,17 @@ class AmbientGuard:
         self.default_dtype = getattr(torch, state.default_dtype)
         self.deterministic = state.deterministic
         self.modes = len(state.torch_function_modes)
+        self._accepted: list = []  # global states the full check passed, as C++ guards
 
     def check(self) -> None:
+        for state in self._accepted:
+            if state.check() and tc.torch_function_mode_count() <= self.modes:
+                return
+        self._check()
+        if len(self._accepted) < 4:
+            self._accepted.append(tc.global_state_guard())
+
+    def _check(self) -> None:
         now = torch.get_autocast_dtype(self.device_type) if torch.is_autocast_enabled(self.device_type) else None
         if now != self.autocast:
             said = "outside autocast" if self.autocast is None else f"under autocast to {_name(self.autocast)}"

@@ -73,8 +73,12 @@ class GraphFunction(torch.autograd.Function):
         ctx.graphs = graphs
         ctx.tangent_meta = [(visible[p].shape, visible[p].dtype, visible[p].device) for p in graphs.tangent_outputs]
         ctx.num_primals = len(primals)
-        stash.extend(v.detach() if isinstance(v, torch.Tensor) else v for v in visible)
-        return tuple(visible[p] for p in graphs.tangent_outputs)
+        returned = tuple(visible[p] for p in graphs.tangent_outputs)
+        # autograd gives the returned tensors a grad_fn in place: the caller replaces them
+        # in `stash`, but a returned tensor at another position too must stay plain there
+        ids = {id(v) for v in returned}
+        stash.extend(v.detach() if id(v) in ids else v for v in visible)
+        return returned
 
     @staticmethod
     def backward(ctx, *grads):

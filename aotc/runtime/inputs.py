@@ -49,14 +49,13 @@ class InputCheck:
         self._check_dynamic(value, sizes)
 
     def _check_dynamic(self, value: torch.Tensor, sizes: dict[str, tuple[int, str]]) -> None:
-        expected = self.describe()
         if value.dim() != len(self.shape):
-            raise InputError(f"input '{self.name}' has shape {tuple(value.shape)}; the bundle expects {expected}.")
+            raise InputError(f"input '{self.name}' has shape {tuple(value.shape)}; the bundle expects {self.describe()}.")
         for i, size in enumerate(value.shape):
             if i not in self.dynamic:
                 if size != self.shape[i]:
                     raise InputError(
-                        f"input '{self.name}' has shape {tuple(value.shape)}; the bundle expects {expected} "
+                        f"input '{self.name}' has shape {tuple(value.shape)}; the bundle expects {self.describe()} "
                         f"(dim {i} is static)."
                     )
                 continue

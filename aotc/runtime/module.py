@@ -344,7 +344,7 @@ class LoadedModule(nn.Module):
     def _run_autograd(self, program: Program, primals: list) -> list:
         graphs = self._training_graphs
         # Inputs that can never get a gradient go in detached, so autograd ignores them.
-        primals = [p if rg else p.detach() for p, rg in zip(primals, program.requires_grad)]
+        primals = [p.detach() if not rg and p.requires_grad else p for p, rg in zip(primals, program.requires_grad)]
         stash: list = []
         with_grad = GraphFunction.apply(graphs, stash, *primals)
         outs = stash
