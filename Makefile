@@ -29,9 +29,12 @@ SEED ?= 0
 fuzz: install
 	$(PY) tests/fuzz.py --trials $(N) --seed $(SEED)
 
+# every sample model, every baseline, 3 fresh processes per variant, 1 and 2 threads
+# (about 2 hours on 2 cores); e.g. make bench BENCH_ARGS="--models mlp --threads 1"
+BENCH_ARGS ?= --threads 1 2
 bench: install
 	$(PY) -m pip install -q matplotlib
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build bundles .pytest_cache

@@ -41,7 +41,9 @@ AOT_NOTE = "pickle (AOTCompilePickler); needs the model's class importable"
 @dataclass(frozen=True)
 class Result:
     """One variant's figures; times in seconds (cold start) and microseconds (per call).
-    A baseline that failed has `error` set and no figures."""
+    With several runs (fresh processes), each figure is the median over the runs and
+    `runs_median_us` lists every run's median. A baseline that failed has `error` set and
+    no figures."""
 
     variant: str
     cold_start_s: float | None
@@ -52,6 +54,28 @@ class Result:
     peak_memory_mib: float | None
     note: str = ""
     error: str = ""
+    runs_median_us: tuple[float, ...] = ()
+    runs_cold_start_s: tuple[float, ...] = ()
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest - fastest) / median of the runs' medians; None with one run."""
+        if len(self.runs_median_us) < 2 or not self.median_us:
+            return None
+        return (max(self.runs_median_us) - min(self.runs_median_us)) / self.median_us
+
+
+def _combine(results: list[Result]) -> Result:
+    """Several runs of one variant as one Result of medians."""
+    if len(results) == 1:
+        return results[0]
+    med = statistics.median
+    median = med(r.median_us for r in results)
+    first = results[0]
+    return Result(first.variant, med(r.cold_start_s for r in results), median, med(r.p90_us for r in results),
+                  first.iters, 1e6 / median if median else 0.0, max(r.peak_memory_mib for r in results), first.note,
+                  runs_median_us=tuple(r.median_us for r in results),
+                  runs_cold_start_s=tuple(r.cold_start_s for r in results))
 
 
 def _peak_rss_mib() -> float:
@@ -269,7 +293,12 @@ def _last_line(err: str) -> str:
     return ([ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"])[0]
 
 
-def run_variant(variant: str, spec: dict, env: dict | None = None) -> Result:
+def run_variant(variant: str, spec: dict, env: dict | None = None, repeats: int = 1) -> Result:
+    """Run one variant in `repeats` fresh processes, one after the other; their medians."""
+    return _combine([_run_once(variant, spec, env) for _ in range(repeats)])
+
+
+def _run_once(variant: str, spec: dict, env: dict | None) -> Result:
     """Run one variant in a fresh process and collect its figures."""
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -298,10 +327,12 @@ def _failed(variant: str, spec: dict, error: str) -> Result:
 
 def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: int = 10, device: str = "cpu",
           train: bool = False, threads: int = 1, on_variant=None, model: str | None = None,
-          trusted_subclasses=()) -> list[Result]:
+          trusted_subclasses=(), repeats: int = 1) -> list[Result]:
     """Benchmark every backend of the bundle (or `backends`) and the baselines; eager,
     torch.compile and aot_compile rebuild the model from `model` (a model file or
-    pkg.mod:factory the caller names; a path recorded in the bundle is never imported)."""
+    pkg.mod:factory the caller names; a path recorded in the bundle is never imported).
+    Each variant runs in `repeats` fresh processes (the cold-cache ones once: a second
+    run would find the cache warm)."""
     from aotc.bundle import Bundle
     from aotc.errors import AotcError
     from aotc.parity import artifacts
@@ -310,7 +341,7 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
 
     if is_regional(path):
         return _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
-                              trusted_subclasses)
+                              trusted_subclasses, repeats)
     bundle = Bundle.open(path)
     found, _ = artifacts(bundle)
     available = [(label, backend) for label, backend, dev in found if dev == device or backend == "onnx"]
@@ -325,7 +356,8 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     training = train or bundle.metadata.training and "inference" not in bundle.graph_kinds
     _need_model(baselines, model)
     spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
-            "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses)}
+            "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
+            "repeats": repeats}
     variants = [(f"aotc {label}", {"backend": backend}) for label, backend in available]
     if "raw" in baselines and any(b == "aoti" for _, b in available):
         variants.append((RAW, {}))
@@ -345,7 +377,7 @@ def _need_model(baselines, model) -> None:
 
 
 def _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
-                   trusted_subclasses) -> list[Result]:
+                   trusted_subclasses, repeats=1) -> list[Result]:
     """A regional bundle: the model file's model with the regions applied (fx; aoti when
     every group is compiled) on its example inputs, against the baselines."""
     from aotc.errors import AotcError
@@ -364,7 +396,7 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
         available = [b for b in available if b in backends]
     spec = {"bundle": str(rb.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": train or rb.manifest.graph_kinds != ["inference"], "threads": threads, "backend": None,
-            "regional": True, "trusted": _names(trusted_subclasses)}
+            "regional": True, "trusted": _names(trusted_subclasses), "repeats": repeats}
     return _run_variants(spec, [(f"aotc regions {b}", {"backend": b}) for b in available], baselines, on_variant)
 
 
@@ -373,29 +405,31 @@ def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Res
     and aot_compile get a cold inductor cache of their own, then the cache their first
     run (or the aot_compile preparation) left. A baseline that fails is reported, not fatal."""
     results = []
+    repeats = spec.get("repeats", 1)
     for name, extra in variants:
         if on_variant:
             on_variant(name)
-        results.append(run_variant(name, {**spec, **extra}))
+        results.append(run_variant(name, {**spec, **extra}, repeats=repeats))
     if "eager" in baselines:
-        results.append(_baseline("eager", spec, None, on_variant))
+        results.append(_baseline("eager", spec, None, on_variant, repeats=repeats))
     if "torch.compile" in baselines:
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-            for name in ("torch.compile (cold cache)", "torch.compile (warm cache)"):
-                results.append(_baseline(name, spec, env, on_variant))
+            results.append(_baseline("torch.compile (cold cache)", spec, env, on_variant))
+            results.append(_baseline("torch.compile (warm cache)", spec, env, on_variant, repeats=repeats))
     if "aot_compile" in baselines and not spec.get("regional"):
         results += _aot_compile_variants(spec, on_variant)
     return results
 
 
-def _baseline(name: str, spec: dict, env: dict | None, on_variant, extra: dict | None = None) -> Result:
+def _baseline(name: str, spec: dict, env: dict | None, on_variant, extra: dict | None = None,
+              repeats: int = 1) -> Result:
     if on_variant:
         on_variant(name)
     from aotc.errors import AotcError
 
     try:
-        return run_variant(name, {**spec, **(extra or {})}, env)
+        return run_variant(name, {**spec, **(extra or {})}, env, repeats)
     except AotcError as e:
         return _failed(name, spec, str(e))
 
@@ -416,7 +450,8 @@ def _aot_compile_variants(spec: dict, on_variant) -> list[Result]:
         extra = {"artifact": artifact}
         cold = _baseline(names[0], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "cold-cache")),
                          on_variant, extra)
-        return [cold, _baseline(names[1], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)), on_variant, extra)]
+        return [cold, _baseline(names[1], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)), on_variant, extra,
+                                spec.get("repeats", 1))]
 
 
 def _names(classes) -> list[str]:
@@ -424,7 +459,7 @@ def _names(classes) -> list[str]:
 
 
 def as_json(results: list[Result]) -> list[dict]:
-    return [asdict(r) for r in results]
+    return [{**asdict(r), "spread": r.spread} for r in results]
 
 
 if __name__ == "__main__":

@@ -20,13 +20,15 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @click.option("--warmup", default=20, show_default=True, help="Untimed calls before timing.")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--threads", default=1, show_default=True, help="torch threads in each variant's process.")
+@click.option("--repeats", default=1, show_default=True,
+              help="Fresh processes per variant; figures are their medians, with the spread.")
 @click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
 @trust_option
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, train, trusted, as_json,
-                  debug):
+def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, repeats, train, trusted,
+                  as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
 
@@ -54,9 +56,11 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
         task = progress.add_task("starting", total=None)
         results = bench(bundle, backends=backends or None, baselines=chosen, iters=iters, warmup=warmup,
                         device=device, train=train, threads=threads, model=model, trusted_subclasses=trusted,
+                        repeats=repeats,
                         on_variant=lambda name: progress.update(task, description=f"timing {name}"))
     if as_json:
-        emit_json({"bundle": str(bundle), "device": device, "train": train, "results": results_json(results)})
+        emit_json({"bundle": str(bundle), "device": device, "train": train, "threads": threads, "repeats": repeats,
+                   "results": results_json(results)})
         return
     out.print(results_table(results, f"bench {bundle} ({device}, {threads} thread{'s' if threads > 1 else ''}"
                                      f"{', training step' if train else ''})"))
@@ -74,14 +78,15 @@ def results_table(results, title: str):
     bases = [(ref.get("eager"), "vs eager"), (ref.get("torch.compile (warm cache)"), "vs torch.compile"),
              (ref.get(RAW), "vs raw runner")]
     table = Table(title=title, title_justify="left")
-    for col in ("variant", "cold start", "median", "p90", "calls/s", "peak MiB", *(label for _, label in bases)):
+    for col in ("variant", "cold start", "median", "spread", "p90", "calls/s", "peak MiB", *(label for _, label in bases)):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in results:
         if not r.median_us:
-            table.add_row(r.variant, f"[red]failed: {r.error}[/red]", *["-"] * (5 + len(bases)))
+            table.add_row(r.variant, f"[red]failed: {r.error}[/red]", *["-"] * (6 + len(bases)))
             continue
         table.add_row(
-            r.variant, f"{r.cold_start_s:.2f} s", f"{r.median_us:.1f} µs", f"{r.p90_us:.1f} µs",
+            r.variant, f"{r.cold_start_s:.2f} s", f"{r.median_us:.1f} µs",
+            "-" if r.spread is None else f"{100 * r.spread:.0f}%", f"{r.p90_us:.1f} µs",
             f"{r.calls_per_s:,.0f}", f"{r.peak_memory_mib:.0f}",
             *(f"{base.median_us / r.median_us:.2f}x" if base else "-" for base, _ in bases),
         )

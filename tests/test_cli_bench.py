@@ -41,3 +41,21 @@ def test_bench_baselines_need_a_model_named_by_the_user(sample_bundles):
         "Error: the eager baseline(s) rebuild the model: name its file with --model (model=), or pass "
         "--baselines none to time the bundle alone. aotc never runs a model file a bundle names."
     )
+
+
+def test_bench_raw_runner_and_failing_baselines(sample_bundles, compiled):
+    """The raw AOTInductor runner is timed next to aotc's aoti backend; a baseline that
+    fails (here: a model file that does not build) is a row with its error, not an abort."""
+    path, summary = sample_bundles[("mlp", "inference")]
+    result = invoke("bench", path, "--iters", "3", "--warmup", "1", "--backend", "aoti", "--baselines", "raw",
+                    "--repeats", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = {r["variant"]: r for r in json.loads(result.stdout)["results"]}
+    assert list(rows) == ["aotc aoti/cpu", "aoti raw runner"]
+    for r in rows.values():
+        assert len(r["runs_median_us"]) == 2 and r["median_us"] > 0 and r["spread"] >= 0
+    result = invoke("bench", path, "--iters", "2", "--warmup", "0", "--backend", "aoti", "--baselines", "eager",
+                    "--model", "json:loads", "--json")  # json.loads() is no model factory
+    assert result.exit_code == 0, result.stderr
+    eager = json.loads(result.stdout)["results"][-1]
+    assert eager["variant"] == "eager" and eager["median_us"] is None and "failed" in eager["error"]
