@@ -252,3 +252,15 @@ def module_hooks_registered() -> Callable[[], bool]:
     tables = (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
               m._global_backward_pre_hooks, m._global_forward_hooks_always_called)
     return lambda: any(tables)
+
+
+def function_apply(cls) -> Callable:
+    """`cls.apply` of an autograd.Function without its Python prologue, which binds default
+    arguments and unwraps dead functorch wrappers arg by arg (microseconds per call): the
+    C++ apply it ends in. Only for Functions without setup_context, called outside functorch
+    transforms (`functorch_active()`); `cls.apply` otherwise."""
+    return super(torch.autograd.Function, cls).apply
+
+
+def functorch_active() -> bool:
+    return torch._C._are_functorch_transforms_active()

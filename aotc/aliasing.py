@@ -185,6 +185,8 @@ class StrideGuard:
         return cls(tuple(stride) if static else None, order)
 
     def fit(self, t: torch.Tensor) -> torch.Tensor:
+        if self.stride is None and t.is_contiguous() and self.order == tuple(range(t.dim())) and 1 not in t.shape:
+            return t  # row-major with no size-1 dim: exactly the dense strides below
         expected = self.stride if self.stride is not None else dense_strides(t.shape, self.order)
         if t.stride() == expected or t.numel() <= 1:
             return t

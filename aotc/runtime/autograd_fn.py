@@ -63,13 +63,21 @@ class GraphFunction(torch.autograd.Function):
         visible, saved = outs[: graphs.num_visible], outs[graphs.num_visible :]
         tensors = [i for i, v in enumerate(saved) if isinstance(v, torch.Tensor)]
         if graphs.mutated_primals:
-            storages = {primals[i].untyped_storage().data_ptr() for i in graphs.mutated_primals}
-            saved = [
-                v.clone() if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in storages else v
-                for v in saved
-            ]
+            # a tensor in a mutated primal's storage has its data pointer inside that storage
+            spans = []
+            for i in graphs.mutated_primals:
+                storage = primals[i].untyped_storage()
+                spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+            saved = list(saved)
+            for i in tensors:
+                p = saved[i].data_ptr()
+                for a, b in spans:
+                    if a <= p <= b:
+                        saved[i] = saved[i].clone()
+                        break
         ctx.save_for_backward(*[saved[i] for i in tensors])
-        ctx.saved_layout = (len(saved), tensors, {i: v for i, v in enumerate(saved) if i not in set(tensors)})
+        others = {i: v for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)}
+        ctx.saved_layout = (len(saved), tensors, others)
         ctx.graphs = graphs
         ctx.tangent_meta = [(visible[p].shape, visible[p].dtype, visible[p].device) for p in graphs.tangent_outputs]
         ctx.num_primals = len(primals)

@@ -96,12 +96,13 @@ def _autocast() -> bool:
 
 def _strides_vary(example: torch.Tensor, layout, dynamic: list, i: int) -> bool:
     """Whether input i's strides depend on a dynamic size (then it must be contiguous)."""
-    return layout is not None and layout.stride is None and any(j == i for j, *_ in dynamic)
+    return layout.stride is None and any(j == i for j, *_ in dynamic)
 
 
-def contiguous_strides(layouts: list) -> bool:
-    """Whether every input's compiled layout is the row-major one or fully static."""
-    return all(g is None or g.stride is not None or g.order == tuple(range(len(g.order))) for g in layouts)
+def layouts_checkable(layouts: list) -> bool:
+    """Whether the guards can vouch for every input's compiled layout: known, and static
+    strides or the row-major order (which is_contiguous checks)."""
+    return all(g is not None and (g.stride is not None or g.order == tuple(range(len(g.order)))) for g in layouts)
 
 
 def _guard_dims(examples, layouts, dynamic) -> tuple[list, list]:

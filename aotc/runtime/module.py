@@ -20,7 +20,7 @@ from aotc.errors import AotcError, GraphRunError, InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
 from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.epilogue import Epilogue
-from aotc.runtime.fast_path import MISS, FastPath, contiguous_strides
+from aotc.runtime.fast_path import MISS, FastPath, layouts_checkable
 from aotc.runtime.inputs import build_checks, build_guard
 from aotc.runtime.state import populate, slot_getter
 from aotc.runtime.subclasses import SubclassLayer
@@ -28,6 +28,7 @@ from aotc.schema import GraphSignature, ProgramMeta
 
 Graph = Callable[..., tuple]
 _global_hooks = tc.module_hooks_registered()
+_APPLY = tc.function_apply(GraphFunction)
 
 
 def with_constants(graph: Graph, signature: GraphSignature, stored: dict, device: torch.device) -> Graph:
@@ -199,7 +200,7 @@ class LoadedModule(nn.Module):
         if (not program._layout_simple or program._user != list(range(n)) or program.static_shapes
                 or program.set_requires_grad or guard.duplicates or guard.groups or epilogue.user_metadata
                 or epilogue.grad_enabled_mutation is not None or self._plain_arity != n
-                or any(s.role == "constant" for s in signature.inputs) or not contiguous_strides(layouts)):
+                or any(s.role == "constant" for s in signature.inputs) or not layouts_checkable(layouts)):
             return None
         examples = [
             torch.empty_strided(c.shape, meta.stride, dtype=c.dtype, device=self.device)
@@ -346,7 +347,8 @@ class LoadedModule(nn.Module):
         # Inputs that can never get a gradient go in detached, so autograd ignores them.
         primals = [p.detach() if not rg and p.requires_grad else p for p, rg in zip(primals, program.requires_grad)]
         stash: list = []
-        with_grad = GraphFunction.apply(graphs, stash, *primals)
+        apply = GraphFunction.apply if tc.functorch_active() else _APPLY
+        with_grad = apply(graphs, stash, *primals)
         outs = stash
         for position, value in zip(graphs.tangent_outputs, with_grad):
             outs[position] = value
