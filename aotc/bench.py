@@ -358,7 +358,8 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
             "repeats": repeats}
-    variants = [(f"aotc {label}", {"backend": backend}) for label, backend in available]
+    joint = " joint" if "joint" in bundle.graph_kinds else ""  # a whole training step in one graph
+    variants = [(f"aotc{joint} {label}", {"backend": backend}) for label, backend in available]
     if "raw" in baselines and any(b == "aoti" for _, b in available):
         variants.append((RAW, {}))
     return _run_variants(spec, variants, baselines, on_variant)

@@ -4,7 +4,8 @@ cost; writes benchmarks/results/{results.json, report.md, report.png}.
 For each model and thread count: an inference bundle with aoti and onnx artifacts is
 timed against the raw AOTInductor runner, eager, torch.compile (cold and warm inductor
 cache) and torch.compile's aot_compile artifact (cold and warm), on inference calls; a
-forward+backward bundle the same way on whole training steps. Each variant runs in
+forward+backward bundle the same way on whole training steps, and a joint bundle's
+`train_step` (the whole step in one graph) beside them. Each variant runs in
 `--repeats` fresh processes (the cold-cache ones once); figures are medians, with the
 spread. The compile cost of `aotc compile --no-cache` is set beside torch's own
 `aoti_compile_and_package` on the same ExportedProgram, each in a fresh process with an
@@ -126,6 +127,10 @@ def main() -> None:
                                 graphs=("forward", "backward"), name=name, source=source,
                                 dynamic_shapes=spec.dynamic_shapes)
             aotc.compile(train.path)
+            joint = aotc.export(load_model(source).module, (spec.args, spec.kwargs), Path(tmp) / f"{name}-joint",
+                                graphs=("joint",), loss=spec.loss, name=name, source=source,
+                                dynamic_shapes=spec.dynamic_shapes)
+            aotc.compile(joint.path)
             iters = max(20, opts.iters // 10) if name in ("gpt_small", "resnet18") else opts.iters
             for threads in opts.threads:
                 def show(v, part="infer"):
@@ -134,9 +139,12 @@ def main() -> None:
                 entry = {
                     "inference": as_json(bench(infer.path, iters=iters, warmup=max(2, iters // 10), model=source,
                                                threads=threads, repeats=opts.repeats, on_variant=show)),
-                    "training": as_json(bench(train.path, iters=max(10, iters // 4), warmup=max(2, iters // 40),
-                                              train=True, model=source, threads=threads, repeats=opts.repeats,
-                                              on_variant=lambda v: show(v, "train"))),
+                    "training": as_json(
+                        bench(train.path, iters=max(10, iters // 4), warmup=max(2, iters // 40), train=True,
+                              model=source, threads=threads, repeats=opts.repeats, on_variant=lambda v: show(v, "train"))
+                        + bench(joint.path, iters=max(10, iters // 4), warmup=max(2, iters // 40), train=True,
+                                baselines=(), threads=threads, repeats=opts.repeats,
+                                on_variant=lambda v: show(v, "train"))),
                     "eager_floor_s": import_torch_and_eager_first_call(source, threads, opts.repeats),
                 }
                 if cost is not None:

@@ -106,3 +106,30 @@ def test_no_grad_call_runs_forward_only(sample_bundles):
     assert not out.requires_grad
     expected = spec.module.train()(*clone_inputs(spec.args))
     torch.testing.assert_close(out, expected.detach(), **TOL["fx"])
+
+
+def test_joint_gradients_own_their_memory(tmp_path):
+    """A joint graph may return one tensor, or views of one (expanded ones), for two
+    gradients; each .grad is still its own dense tensor, as with autograd, so an in-place
+    change of one works and touches nothing else."""
+
+    class TwoScales(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+            self.v = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return (self.w + x).sum() + (self.v + x).sum()
+
+    x = torch.randn(3)
+    aotc.export(TwoScales(), (x,), tmp_path / "b", graphs=("joint",), loss=lambda out, x: out)
+    step = aotc.load(tmp_path / "b", mode="train")
+    caller_x = x.clone()
+    step.train_step(caller_x)
+    eager = TwoScales()
+    eager(x).backward()
+    assert torch.equal(step.w.grad, eager.w.grad) and torch.equal(step.v.grad, eager.v.grad)
+    assert step.w.grad.stride() == eager.w.grad.stride() == (1,)
+    step.w.grad.mul_(0)  # as clip_grad_norm_ or zero_grad(set_to_none=False) would
+    assert torch.equal(caller_x, x) and torch.equal(step.v.grad, eager.v.grad)

@@ -108,8 +108,24 @@ def _dense(t: torch.Tensor) -> bool:
     return t.stride() == dense_strides(t.shape, StrideGuard.of(list(t.shape), list(t.stride()), True).order)
 
 
-def _accumulate(target: torch.Tensor, grad: torch.Tensor) -> None:
-    target.grad = grad.clone() if target.grad is None else target.grad + grad
+def _spans(tensors) -> list[tuple[int, int]]:
+    """The memory of each tensor's storage, as [start, end) addresses."""
+    spans = []
+    for t in tensors:
+        storage = t.untyped_storage()
+        spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    return spans
+
+
+def _accumulate(target: torch.Tensor, grad: torch.Tensor, shared: bool) -> None:
+    """Add `grad` to target.grad, as autograd does; a `shared` grad (its memory is also an
+    input's or another .grad's, or it is not contiguous, e.g. an expanded scalar) is copied,
+    so that an in-place change of one (clipping, zero_grad without set_to_none) misses the
+    other and works."""
+    if target.grad is None:
+        target.grad = grad.clone() if shared else grad
+    else:
+        target.grad = target.grad + grad
 
 
 class LoadedModule(nn.Module):
@@ -379,25 +395,50 @@ class LoadedModule(nn.Module):
             raise
         except Exception as e:
             raise GraphRunError(self._failure("joint", e, flat)) from e
-        names = [s.name for s in program.signature.inputs]
         loss = None
         layer = self._subclasses
         inner_grads = {}
+        taken: set[int] = set()  # data pointers already given to a .grad in this step
+        inputs = _spans(primals)  # a graph may return an input (or a view of one) as a gradient
         with torch.no_grad():
-            for slot, value in zip(program.signature.outputs, outs):
-                if slot.role == "loss":
+            for kind, position, target, always in self._joint_plan(program):
+                value = outs[position]
+                if kind == "loss":
                     loss = value
+                elif kind == "inner":
+                    inner_grads[target] = value  # a subclass parameter's: set below, as the subclass
+                else:
+                    tensor = primals[target]
+                    if tensor.requires_grad or always:
+                        ptr = value.data_ptr()
+                        shared = (ptr in taken or not value.is_contiguous() or value.numel() == 0
+                                  or any(a <= ptr < b for a, b in inputs))
+                        _accumulate(tensor, value, shared)
+                        taken.add(ptr)
+            for fqn, grad in (layer.outer_grads(inner_grads) if layer is not None else {}).items():
+                _accumulate(self.get_parameter(fqn), grad, True)
+        return loss
+
+    def _joint_plan(self, program: Program) -> list[tuple[str, int, object, bool]]:
+        """Per joint-graph output that matters: ("loss" | "grad" | "inner", output
+        position, the primal index (or inner tensor name) it is the gradient of, whether
+        to set it even when that tensor does not require grad). Built on first use."""
+        plan = getattr(program, "joint_plan", None)
+        if plan is None:
+            names = [s.name for s in program.signature.inputs]
+            owner = self._subclasses.owner if self._subclasses is not None else {}
+            plan = []
+            for position, slot in enumerate(program.signature.outputs):
+                if slot.role == "loss":
+                    plan.append(("loss", position, None, False))
                 elif slot.role == "gradient":
                     name = slot.name.removeprefix("grad:")
-                    if layer is not None and name in layer.owner:
-                        inner_grads[name] = value  # a subclass parameter's: set below, as the subclass
-                        continue
-                    target = primals[names.index(name)]
-                    if target.requires_grad or slot.index is None:
-                        _accumulate(target, value)
-            for fqn, grad in (layer.outer_grads(inner_grads) if layer is not None else {}).items():
-                _accumulate(self.get_parameter(fqn), grad)
-        return loss
+                    if name in owner:
+                        plan.append(("inner", position, name, False))
+                    else:
+                        plan.append(("grad", position, names.index(name), slot.index is None))
+            program.joint_plan = plan
+        return plan
 
     def _program_for_call(self) -> Program:
         if self.training:
