@@ -183,9 +183,9 @@ def _raw_step(spec: dict, device):
     """The compiled packages called bare on flat tensors gathered once; returns step()."""
     import torch
 
+    from aotc import formats
     from aotc._torch_compat import aoti_package_loader
     from aotc.bundle import Bundle
-    from aotc.exporters.aoti import artifact_path
     from aotc.graph_inputs import example_graph_inputs
 
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
@@ -193,7 +193,8 @@ def _raw_step(spec: dict, device):
     index = device.index if device.index is not None else -1
 
     def runner(kind: str):
-        return aoti_package_loader(str(bundle.path / artifact_path(kind, device.type)), index, workdir).run
+        path = bundle.path / formats.get("aoti").artifact_path(kind, device.type)
+        return aoti_package_loader(str(path), index, workdir).run
 
     kinds = bundle.graph_kinds
     if not spec["train"] or "inference" in kinds:

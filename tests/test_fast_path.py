@@ -4,6 +4,8 @@ stack's checks and their named errors."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
@@ -14,20 +16,22 @@ from aotc.runtime.fast_path import MISS
 from conftest import fresh_sample
 
 
-def _compiled(sample_bundles, name: str):
-    path = sample_bundles[(name, "inference")][0]
+def _compiled(sample_bundles, tmp_path_factory, name: str):
+    # a copy: compiling the shared bundle would move other tests' backend="auto" to aoti
+    path = tmp_path_factory.mktemp("fast") / name
+    shutil.copytree(sample_bundles[(name, "inference")][0], path)
     aotc.compile(path)  # the compile cache makes this cheap after the session's first compile
     return path
 
 
 @pytest.fixture(scope="module")
-def mlp_path(sample_bundles):
-    return _compiled(sample_bundles, "mlp")
+def mlp_path(sample_bundles, tmp_path_factory):
+    return _compiled(sample_bundles, tmp_path_factory, "mlp")
 
 
 @pytest.fixture(scope="module")
-def inplace_path(sample_bundles):
-    return _compiled(sample_bundles, "inplace")
+def inplace_path(sample_bundles, tmp_path_factory):
+    return _compiled(sample_bundles, tmp_path_factory, "inplace")
 
 
 @pytest.fixture
