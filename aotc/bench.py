@@ -200,7 +200,12 @@ def _raw_step(spec: dict, device):
     if not spec["train"] or "inference" in kinds:
         kind = "inference" if "inference" in kinds else kinds[0]
         run, flat = runner(kind), example_graph_inputs(bundle, kind, device)
-        return lambda: run(flat)
+
+        def infer():
+            with torch.no_grad():  # as every other variant's inference step: the same harness cost
+                return run(flat)
+
+        return infer
     sig = bundle.signature.graphs
     lr = 1e-3
     if "joint" in kinds:

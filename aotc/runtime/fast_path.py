@@ -26,13 +26,15 @@ _MAX_STATES = 4  # global states accepted by the full check, remembered per prog
 
 class FastPath:
     def __init__(self, run: Callable[[list], list], examples: list[torch.Tensor], layouts: list, dynamic: list,
-                 state: list[tuple[dict, str]], mutated: list[int], finish: Callable[[list, list, tuple], object]):
+                 state: list[tuple[dict, str]], mutated: list[int], finish: Callable[[list, list, tuple], object],
+                 keeps_primals: bool = True):
         """`run`: the runner over (state..., user inputs...) with no autograd and no
         layout fitting; `examples`: one tensor per user input, shaped and laid out as the
         compiled code expects (dynamic dims at their example size); `layouts`: the
         StrideGuard of each input; `dynamic`: (input, dim, symbol, min, max) per dynamic
         dim; `state`: (table, name) per parameter or buffer in graph order; `mutated`: the
-        user inputs the graph mutates; `finish(primals, outs, args)` gives the result."""
+        user inputs the graph mutates; `finish(primals, outs, args)` gives the result
+        (primals is None when `keeps_primals` is false: finish does not read them)."""
         self._run = run
         self._arity = len(examples)
         self._guard = tc.tensor_guards(examples, *_guard_dims(examples, layouts, dynamic))
@@ -48,6 +50,7 @@ class FastPath:
         self._gather = _gatherer(state)
         self._mutated = [(m, [k for k in range(len(examples)) if k != m]) for m in mutated]
         self._finish = finish
+        self._keeps_primals = keeps_primals
         self._states: list = []
 
     def accept_current_state(self) -> None:
@@ -87,7 +90,9 @@ class FastPath:
                 if other < end and start < other + args[k].nbytes:
                     return MISS
         primals = [*self._gather(), *args]
-        return self._finish(primals, self._run(list(primals)), args)
+        if self._keeps_primals:  # the runner empties the list it is given
+            return self._finish(primals, self._run(list(primals)), args)
+        return self._finish(None, self._run(primals), args)
 
 
 def _autocast() -> bool:
@@ -115,7 +120,7 @@ def _guard_dims(examples, layouts, dynamic) -> tuple[list, list]:
     return sizes, strides
 
 
-def _gatherer(state: list[tuple[dict, str]]) -> Callable[[], list]:
+def _gatherer(state: list[tuple[dict, str]]) -> Callable[[], list | tuple]:
     """A function returning the current parameter and buffer tensors in graph order: one
     C-level item lookup per table, since a parameter may be replaced between calls."""
     tables: list = []
@@ -125,6 +130,9 @@ def _gatherer(state: list[tuple[dict, str]]) -> Callable[[], list]:
         else:
             tables.append((table, [name]))
     getters = [(table, operator.itemgetter(*names), len(names) == 1) for table, names in tables]
+    if len(getters) == 1 and not getters[0][2]:  # the common case: every tensor in one table
+        table, get, _ = getters[0]
+        return lambda: get(table)
 
     def gather() -> list:
         out: list = []

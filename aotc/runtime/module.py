@@ -237,7 +237,8 @@ class LoadedModule(nn.Module):
         else:
             def finish(primals, outs, args):
                 return pytree.tree_unflatten([outs[p.output] for p in plans], spec)
-        return FastPath(run, examples, layouts, dynamic, program._state, guard.mutated, finish)
+        return FastPath(run, examples, layouts, dynamic, program._state, guard.mutated, finish,
+                        keeps_primals=not epilogue.trivial)
 
     def __call__(self, *args, **kwargs):
         # nn.Module's own __call__ costs more than the whole fast path; it is skipped only
