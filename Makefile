@@ -20,7 +20,10 @@ demo: install
 	$(VENV)/bin/aotc export sample_models/mlp.py --joint -o bundles/mlp-joint --force
 	$(VENV)/bin/aotc inspect bundles/mlp-joint
 
+# the report tests open pages in a real browser: Debian's chromium, driven through chromedriver
 test: install
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 	$(PY) -m pytest -q
 
 # Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.

@@ -178,9 +178,11 @@ def _golden_inputs(bundle: Bundle, golden: Tensors, trusted=()):
 
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
-           samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=()) -> Report:
+           samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=(),
+           on_artifact=None) -> Report:
     """Verify every artifact of the bundle at `path`; see the module docstring.
-    `trusted_subclasses`: as for aotc.load."""
+    `trusted_subclasses`: as for aotc.load. `on_artifact(label, done, total)` is told
+    before each artifact runs (done = how many have), and once more when all have."""
     from aotc.regions import is_regional
 
     if is_regional(path):
@@ -195,14 +197,21 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
         rtol is not None or atol is not None) else None
     found, report.skipped = artifacts(bundle)
     inputs = _golden_inputs(bundle, golden, trusted_subclasses)
-    for label, backend, device in found:
+    rebuilt = bool(samples and model)
+    total = len(found) * (1 + (samples if rebuilt else 0))
+    for done, (label, backend, device) in enumerate(found):
+        if on_artifact:
+            on_artifact(label, done, total)
         actual = run_artifact(bundle, backend, device, inputs, golden, trusted_subclasses)
         report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
 
-    if samples and model:
-        report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses)
+    if rebuilt:
+        report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses,
+                                        on_artifact)
     elif samples:
         report.skipped.append("random samples: no model file given (model=, --model)")
+    if on_artifact:
+        on_artifact("done", total, total)
     return report
 
 
@@ -243,7 +252,7 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
     return report
 
 
-def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=()) -> list[Check]:
+def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=(), on_artifact=None) -> list[Check]:
     from aotc.model_file import load_model
     from aotc.runtime.inputs import random_inputs
 
@@ -264,7 +273,10 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
                                trusted)
         expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
                              spec.loss, grad_seed=sample + 1)
-        for label, backend, device in found:
+        for k, (label, backend, device) in enumerate(found):
+            if on_artifact:
+                on_artifact(f"{label} vs eager (sample {sample + 1})", len(found) * (1 + sample) + k,
+                            len(found) * (1 + samples))
             actual = run_artifact(bundle, backend, device, inputs, expected, trusted)
             checks += compare(f"{label} vs eager (sample {sample + 1})", expected, actual, {}, override)
     return checks

@@ -46,7 +46,7 @@ OutputTypeName = Literal[
 ]
 # "hf": tokenizer, processor and config files of a Hugging Face folder, copied as they are
 FileKind = Literal[
-    "signature", "metadata", "weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "other"
+    "signature", "metadata", "weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "record", "other"
 ]
 
 

@@ -20,10 +20,28 @@ def console():
     """A rich console on stderr: people read stderr, programs read stdout."""
     from rich.console import Console
 
-    import sys
+    # piped or captured, tables keep their natural width instead of folding at 80 columns
+    return Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
-    # piped or captured, tables keep their width instead of folding at 80 columns
-    return Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+
+PIPED_WIDTH = 100_000  # wider than any table aotc prints: piped output is never folded
+
+
+def step_progress(out, transient: bool = True):
+    """A progress display for steps that take seconds: spinner, what runs, a bar (once
+    the number of steps is known) and the elapsed time of the current step."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=out, transient=transient)
+
+
+def record_results(bundle, name: str, data: dict, out) -> None:
+    """Keep `data` in the bundle as its `name` record, for aotc report."""
+    from aotc.records import RECORDS, write_record
+
+    write_record(bundle, name, data)
+    out.print(f"recorded in {bundle}/{RECORDS[name]}")
 
 
 def debug_option(fn: Callable) -> Callable:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
+from aotc.cli._common import (
+    console, debug_option, emit_json, handles_errors, json_option, record_results, step_progress, trust_option,
+)
 
 
 @click.command("bench")
@@ -23,12 +25,13 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @click.option("--repeats", default=1, show_default=True,
               help="Fresh processes per variant; figures are their medians, with the spread.")
 @click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
+@click.option("--record", is_flag=True, help="Keep the results in the bundle (records/bench.json) for aotc report.")
 @trust_option
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, repeats, train, trusted,
-                  as_json, debug):
+def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, repeats, train, record,
+                  trusted, as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
 
@@ -41,8 +44,6 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
       aotc bench bundles/tiny_transformer --model sample_models/tiny_transformer.py
       aotc bench bundles/mlp-fb --baselines none --train --json
     """
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from aotc.bench import BASELINES, as_json as results_json, bench
 
     chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(",") if b.strip())
@@ -51,16 +52,29 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
         raise click.BadParameter(f"unknown baseline(s) {sorted(unknown)}; use {', '.join(BASELINES)} or none.",
                                  param_hint="--baselines")
     out = console()
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
-                  transient=True) as progress:
+    with step_progress(out) as progress:
         task = progress.add_task("starting", total=None)
+        done = []
+
+        def on_variant(name: str) -> None:
+            # each variant's own elapsed time: a cold torch.compile takes minutes, a load seconds
+            progress.reset(task, description=f"timing {name} (variant {len(done) + 1})", total=None)
+            done.append(name)
+
         results = bench(bundle, backends=backends or None, baselines=chosen, iters=iters, warmup=warmup,
                         device=device, train=train, threads=threads, model=model, trusted_subclasses=trusted,
-                        repeats=repeats,
-                        on_variant=lambda name: progress.update(task, description=f"timing {name}"))
+                        repeats=repeats, on_variant=on_variant)
+    data = {"bundle": str(bundle), "device": device, "train": train, "threads": threads, "repeats": repeats,
+            "iters": iters, "results": results_json(results)}
+    if record:
+        from aotc.regions import is_regional
+
+        if is_regional(bundle):
+            out.print("[yellow]not recorded[/]: a regional bundle keeps no records")
+        else:
+            record_results(bundle, "bench", data, out)
     if as_json:
-        emit_json({"bundle": str(bundle), "device": device, "train": train, "threads": threads, "repeats": repeats,
-                   "results": results_json(results)})
+        emit_json(data)
         return
     out.print(results_table(results, f"bench {bundle} ({device}, {threads} thread{'s' if threads > 1 else ''}"
                                      f"{', training step' if train else ''})"))

@@ -9,8 +9,10 @@ import click
 from aotc import __version__
 from aotc.cli.bench import bench_command
 from aotc.cli.compile import compile_command
+from aotc.cli.diff import diff_command
 from aotc.cli.export import export_command
 from aotc.cli.inspect import inspect_command
+from aotc.cli.report import report_command
 from aotc.cli.run import run_command
 from aotc.cli.verify import verify_command
 
@@ -27,6 +29,8 @@ def cli():
     aotc run bundles/mlp                                 call it once on random inputs
     aotc verify bundles/mlp                              check every artifact against eager
     aotc bench bundles/mlp                               time it against eager and torch.compile
+    aotc report bundles/mlp -o mlp.html                  one HTML page: graphs, tables, results
+    aotc diff release/mlp bundles/mlp                    what changed since the last release
     """
 
 
@@ -36,6 +40,8 @@ cli.add_command(inspect_command)
 cli.add_command(run_command)
 cli.add_command(verify_command)
 cli.add_command(bench_command)
+cli.add_command(report_command)
+cli.add_command(diff_command)
 
 
 def main() -> None:

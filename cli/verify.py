@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
+from aotc.cli._common import (
+    console, debug_option, emit_json, handles_errors, json_option, record_results, step_progress, trust_option,
+)
 
 
 @click.command("verify")
@@ -21,11 +23,13 @@ from aotc.cli._common import console, debug_option, emit_json, handles_errors, j
 @click.option("--samples", default=2, show_default=True,
               help="Random inputs (within the dynamic ranges) to compare with the rebuilt eager model.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
+@click.option("--record", is_flag=True, help="Keep the results in the bundle (records/verify.json) for aotc report.")
 @trust_option
 @json_option
 @debug_option
 @handles_errors
-def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, trusted, as_json, debug):
+def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, record, trusted, as_json,
+                   debug):
     """Run every artifact of BUNDLE (fx, aoti per device, onnx) and compare with eager.
 
     Integrity comes first: every file's hash, archive members, headers and metadata.
@@ -43,19 +47,27 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
     from aotc.parity import junit_xml, verify
 
     out = console()
-    with out.status("verifying..."):
+    with step_progress(out) as progress:
+        task = progress.add_task("checking integrity", total=None)
+
+        def on_artifact(label: str, done: int, total: int) -> None:
+            progress.update(task, description=f"running {label}", completed=done, total=total)
+
         report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples, run=not no_run,
-                        checkpoint=checkpoint, trusted_subclasses=trusted)
+                        checkpoint=checkpoint, trusted_subclasses=trusted, on_artifact=on_artifact)
     if junit_path:
         junit_path.write_text(junit_xml(report))
+    result = {
+        "bundle": report.bundle,
+        "ok": report.ok,
+        "integrity": report.integrity,
+        "skipped": report.skipped,
+        "checks": [c.__dict__ for c in report.checks],
+    }
+    if record:
+        _record(bundle, result, out)
     if as_json:
-        emit_json({
-            "bundle": report.bundle,
-            "ok": report.ok,
-            "integrity": report.integrity,
-            "skipped": report.skipped,
-            "checks": [c.__dict__ for c in report.checks],
-        })
+        emit_json(result)
     else:
         from rich.table import Table
 
@@ -74,3 +86,12 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
         out.print(f"{len(report.checks) - failed} passed, {failed} failed")
     if report.exit_code:
         raise SystemExit(report.exit_code)
+
+
+def _record(bundle: Path, result: dict, out) -> None:
+    from aotc.regions import is_regional
+
+    if is_regional(bundle):
+        out.print("[yellow]not recorded[/]: a regional bundle keeps no records (its groups are bundles of their own)")
+        return
+    record_results(bundle, "verify", result, out)

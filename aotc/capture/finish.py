@@ -12,6 +12,8 @@ A flat program takes and returns tensors only, so it can be saved with
 
 from __future__ import annotations
 
+import difflib
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +132,69 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
         ) from e
 
 
+# ------------------------------------------------- where each op came from
+
+def module_stacks(gm: torch.fx.GraphModule) -> dict[int, dict]:
+    """The user-model module stack of each forward op of a captured graph, by seq_nr: the
+    key autograd gives an op and the backward ops it produces."""
+    stacks: dict[int, dict] = {}
+    for node in gm.graph.nodes:
+        stack = _user_stack(node.meta.get("nn_module_stack"))
+        if stack and node.meta.get("seq_nr") is not None:
+            stacks.setdefault(node.meta["seq_nr"], stack)
+    return stacks
+
+
+def carry_module_stacks(gm: torch.fx.GraphModule, program: ExportedProgram, forward_stacks: dict[int, dict]) -> None:
+    """Give the re-exported program's ops the module stacks of the captured graph's ops.
+
+    Re-exporting through FlatCall would leave every op in FlatCall; `aotc report` groups
+    ops by the user's modules. Ops are paired by aligning the two graphs' sequences of
+    targets (export adds size ops for dynamic dims, so positions shift). A backward op
+    takes the stack of the forward op it differentiates (same seq_nr), and a joint
+    graph's backward ops are marked `custom["aotc_phase"] = "backward"`. Only metadata
+    changes: what the graph computes does not.
+    """
+    source = [n for n in gm.graph.nodes if _aligned(n)]
+    target = [n for n in program.graph.nodes if _aligned(n)]
+    for node in program.graph.nodes:
+        node.meta.pop("nn_module_stack", None)  # FlatCall's, which says nothing
+    matcher = difflib.SequenceMatcher(None, [str(n.target) for n in source], [str(n.target) for n in target],
+                                      autojunk=False)
+    pairs = [(source[a + k], target[b + k]) for a, b, size in matcher.get_matching_blocks() for k in range(size)]
+    for found, node in pairs:
+        backward = found.meta.get("partitioner_tag") == "is_backward"
+        stack = _user_stack(found.meta.get("nn_module_stack"))
+        if backward:
+            stack = forward_stacks.get(found.meta.get("seq_nr")) or stack
+        if stack:
+            node.meta["nn_module_stack"] = stack
+        if backward:
+            node.meta["custom"] = {**(node.meta.get("custom") or {}), "aotc_phase": "backward"}
+    for node in program.graph.nodes:  # a getitem belongs where the op whose result it takes apart does
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            for key in ("nn_module_stack", "custom"):
+                if key in node.args[0].meta:
+                    node.meta[key] = node.args[0].meta[key]
+
+
+def _aligned(node: torch.fx.Node) -> bool:
+    """Ops both graphs have one for one: not the getitems and size arithmetic export adds."""
+    return node.op == "call_function" and node.target is not operator.getitem and not str(node.target).startswith(
+        ("aten.sym_", "<"))
+
+
+def _user_stack(stack: dict | None) -> dict:
+    """A captured op's module stack below aotc's Program wrapper, with paths as the user's
+    model names them ('model.fc1' -> 'fc1'); the model itself (path '') is left out."""
+    out = {}
+    for key, (path, type_name) in (stack or {}).items():
+        if path == "model" or not path.startswith("model."):
+            continue
+        out[key] = (path.removeprefix("model."), type_name)
+    return out
+
+
 # ------------------------------------------------- captured graphs as flat programs
 
 
@@ -143,6 +208,7 @@ class CapturedGraph:
     example_inputs: list[torch.Tensor]
     size_outputs: frozenset[int] = frozenset()  # outputs that are (n, 0) size carriers
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # by slot target, stored with the weights
+    module_stacks: dict[int, dict] = field(default_factory=dict)  # forward ops' module stacks, by seq_nr
 
 
 def kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
@@ -166,6 +232,8 @@ def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tan
         FlatCall(flat, keep, tangents, size_outputs=sizes, num_constants=len(constants)),
         [*real_inputs, *(v for _, v in constants)], [*fake_inputs, *(v for _, v in constants)], kind,
     )
+    stacks = module_stacks(gm)
+    carry_module_stacks(gm, program, stacks)
     backward = backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
         kind=kind,
@@ -174,6 +242,7 @@ def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tan
         example_inputs=[*real_inputs, *(v for _, v in constants)],
         size_outputs=sizes,
         constants={s.target: v for s, (_, v) in zip(const_slots, constants)},
+        module_stacks=stacks,
     )
 
 
@@ -243,6 +312,7 @@ def capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Na
         FlatCall(flat, keep, size_inputs=size_inputs, num_constants=len(consts)),
         [*reals, *consts], [*vals, *consts], "backward", size_inputs,
     )
+    carry_module_stacks(bw, program, forward.module_stacks)
     return CapturedGraph(
         kind="backward",
         program=program,

@@ -1,0 +1,424 @@
+"""`aotc report`: one self-contained HTML page about a bundle.
+
+For every graph the page draws the nodes and edges, grouped by the user's modules (the
+`nn_module_stack` each op carries) into collapsible boxes, searchable, with mutated
+inputs, aliased outputs, saved activations and backward ops marked; beside it, the
+tables of `aotc inspect` and the recorded `verify` and `bench` results as plots.
+
+The page needs no network: the layout engine (dagre, MIT, vendored in
+`aotc/report_assets/` with its licence) and the page's own script are inlined, and the
+data travels as JSON in a `<script type="application/json">` block that the script reads
+with JSON.parse and puts on the page as text, never as markup. Building a report reads
+the bundle as `aotc inspect` does and loads each graph as data (`Bundle.load_program`,
+after the archive checks); it runs nothing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aotc.bundle import Bundle
+from aotc.records import read_records
+from aotc.summary import describe
+
+_ASSETS = "report_assets"
+# inputs whose slot targets a parameter or buffer are drawn inside that module's box
+_STATE_ROLES = {"parameter", "buffer"}
+
+
+@dataclass
+class GraphNode:
+    """One value of a graph as drawn: an input, an op, or one graph output."""
+
+    name: str
+    kind: str  # "input" | "op" | "output"
+    label: str
+    module: str = ""  # dotted path of the innermost user module ('' = the model itself)
+    module_type: str = ""
+    shape: str = ""
+    dtype: str = ""
+    role: str = ""  # the signature slot's role, for inputs and outputs
+    slot: str = ""  # the signature slot's name
+    marks: list[str] = field(default_factory=list)  # mutated, alias, saved, backward, gradient, loss
+    note: str = ""  # what a mark means here, e.g. "alias_of_input of x"
+
+
+@dataclass
+class GraphView:
+    kind: str
+    nodes: list[GraphNode]
+    edges: list[tuple[int, int]]
+    modules: dict[str, str]  # module path -> class name, for every group drawn
+
+
+def graph_view(bundle: Bundle, kind: str) -> GraphView:
+    """The nodes and edges of one graph, with what aotc knows about each."""
+    program = bundle.load_program(kind)
+    signature = bundle.signature.graphs[kind]
+    meta = bundle.metadata.programs.get(kind)
+    graph = program.graph
+    nodes: list[GraphNode] = []
+    index: dict[Any, int] = {}
+    modules: dict[str, str] = {}
+    in_meta = _input_meta(signature, meta)
+    out_meta = {o.index: o for o in meta.outputs} if meta else {}
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for node, slot in zip(placeholders, signature.inputs):
+        info = in_meta.get(slot.name)
+        view = GraphNode(node.name, "input", slot.name, role=slot.role, slot=slot.name, **_value(node))
+        if slot.role in _STATE_ROLES and slot.target and "." in slot.target:
+            view.module = slot.target.rpartition(".")[0]
+        if info is not None and info.mutation_type != "NOT_MUTATED":
+            what = "+".join(w for w, f in (("data", info.mutates_data), ("metadata", info.mutates_metadata)) if f)
+            view.marks.append("mutated")
+            view.note = f"mutated ({what}, {info.mutation_type})"
+        if slot.role == "saved":
+            view.marks.append("saved")
+            view.note = "saved activation, from the forward graph"
+        if slot.role == "tangent":
+            view.marks.append("backward")
+            view.note = f"incoming gradient of {slot.target}"
+        index[node] = len(nodes)
+        nodes.append(view)
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        stack = list((node.meta.get("nn_module_stack") or {}).values())
+        path, type_name = stack[-1] if stack else ("", "")
+        for p, t in stack:
+            modules.setdefault(p, t.rpartition(".")[2])
+        view = GraphNode(node.name, "op", _op_label(node.target), module=path, module_type=type_name.rpartition(".")[2],
+                         note=str(node.target), **_value(node))
+        if kind == "backward" or (node.meta.get("custom") or {}).get("aotc_phase") == "backward":
+            view.marks.append("backward")
+        index[node] = len(nodes)
+        nodes.append(view)
+    edges = [(index[src], index[node]) for node in graph.nodes if node in index and node.op == "call_function"
+             for src in node.all_input_nodes if src in index]
+    output = next(n for n in graph.nodes if n.op == "output")
+    values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    for value, slot in zip(values, signature.outputs):
+        view = GraphNode(f"out:{slot.name}", "output", slot.name, role=slot.role, slot=slot.name)
+        if hasattr(value, "meta"):
+            view.shape, view.dtype = _value(value)["shape"], _value(value)["dtype"]
+        if slot.role == "saved":
+            view.marks.append("saved")
+            view.note = "saved for the backward graph"
+        elif slot.role == "input_mutation":
+            view.marks.append("mutated")
+            view.note = f"new value of {slot.target}, copied into it after the call"
+        elif slot.role in ("gradient", "loss"):
+            view.marks.append(slot.role)
+            view.note = f"gradient of {slot.target}" if slot.role == "gradient" else "the loss"
+        if slot.role in ("user_output", "loss") and slot.index in out_meta:
+            o = out_meta[slot.index]
+            if o.output_type not in ("non_alias",):
+                view.marks.append("alias")
+                view.note = f"{o.output_type}" + (f" of {o.base}" if o.base else "")
+        nodes.append(view)
+        if value in index:
+            edges.append((index[value], len(nodes) - 1))
+    modules.pop("", None)
+    for view in nodes:  # parameters of a module with no op of its own still get its box
+        if view.module and view.module not in modules:
+            modules[view.module] = ""
+    for path in list(modules):  # every enclosing box exists too
+        parts = path.split(".")
+        for i in range(1, len(parts)):
+            modules.setdefault(".".join(parts[:i]), "")
+    return GraphView(kind, nodes, edges, dict(sorted(modules.items())))
+
+
+def _input_meta(signature, meta) -> dict:
+    """Per input slot name, its InputMeta (constants have none)."""
+    if meta is None:
+        return {}
+    slots = [s for s in signature.inputs if s.role != "constant"]
+    return {s.name: info for s, info in zip(slots, meta.inputs)}
+
+
+def _value(node) -> dict[str, str]:
+    val = node.meta.get("val")
+    if isinstance(val, (list, tuple)):
+        return {"shape": f"{len(val)} values", "dtype": ""}
+    shape = getattr(val, "shape", None)
+    if shape is None:
+        return {"shape": "" if val is None else type(val).__name__, "dtype": ""}
+    return {"shape": "[" + ", ".join(str(s) for s in shape) + "]", "dtype": str(val.dtype).removeprefix("torch.")}
+
+
+def _op_label(target) -> str:
+    """'aten.addmm.default' -> 'addmm'; getitem and other Python callables by name."""
+    name = getattr(target, "__name__", str(target))
+    parts = str(target).split(".")
+    return parts[1] if len(parts) == 3 and parts[0] in ("aten", "prims", "quantized") else name.split(".")[0]
+
+
+# ----------------------------------------------------------------- the page
+
+
+def build_report(path: str | Path) -> str:
+    """The report of the bundle at `path`, as one HTML document."""
+    bundle = Bundle.open(path)
+    info = describe(bundle)
+    records = read_records(bundle)
+    graphs = [asdict(graph_view(bundle, kind)) for kind in bundle.graph_kinds]
+    data = {"model": info["manifest"]["model"]["name"], "graphs": graphs}
+    title = f"aotc report: {info['manifest']['model']['name']}"
+    body = [
+        _header(info),
+        _graph_section(graphs),
+        _tables(info),
+        _records(records),
+    ]
+    return _page(title, "\n".join(body), data)
+
+
+def write_report(path: str | Path, out: str | Path) -> Path:
+    """Write the report of the bundle at `path` to `out`, atomically."""
+    page = build_report(path)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would make it, not mkstemp's 0600
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _asset(name: str) -> str:
+    return resources.files("aotc").joinpath(_ASSETS, name).read_text(encoding="utf-8")
+
+
+def _page(title: str, body: str, data: dict) -> str:
+    # JSON inside <script>: '</' and '<!--' must not end or open anything there
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{_e(title)}</title><style>{_asset('report.css')}</style></head>\n<body>\n{body}\n"
+        f"<script type=\"application/json\" id=\"aotc-data\">{payload}</script>\n"
+        f"<script>/* dagre {_asset('VERSION').strip()}: {_asset('LICENSE-dagre.txt').splitlines()[0]} "
+        "(full licence in the page source below) */\n"
+        f"{_asset('dagre.min.js')}</script>\n<!--\n{_e(_asset('LICENSE-dagre.txt'))}\n-->\n"
+        f"<script>{_asset('report.js')}</script>\n</body></html>\n"
+    )
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]], cls: str = "") -> str:
+    if not rows:
+        return ""
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return (f"<details open class=\"table {cls}\"><summary>{_e(title)}</summary>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></details>")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _header(info: dict) -> str:
+    m = info["manifest"]
+    model = m["model"]
+    rows = [
+        ("model", f"{model['name']} ({model['class_name']}, {model['num_parameters']:,} parameters)"),
+        ("source", model["source"] or "-"),
+        ("mode", "train" if model["training"] else "eval"),
+        ("graphs", ", ".join(m["graph_kinds"]) + (f" (partitioner: {m['partitioner']})" if m["partitioner"] else "")),
+        ("versions", f"format {m['format_version']}, aotc {m['aotc_version']}, torch {m['torch_version']}, "
+                     f"python {m['python_version']}"),
+        ("created", m["created"]),
+        ("size", f"{_size(info['size']['total'])} in {len(m['files'])} files"),
+    ]
+    cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return (f"<header><h1>{_e(model['name'])} <small>aotc bundle</small></h1>"
+            f"<p class=\"path\">{_e(info['path'])}</p><table class=\"facts\">{cells}</table></header>")
+
+
+def _graph_section(graphs: list[dict]) -> str:
+    tabs = "".join(
+        f"<button class=\"tab\" data-graph=\"{i}\">{_e(g['kind'])} <small>{len(g['nodes'])} nodes</small></button>"
+        for i, g in enumerate(graphs))
+    legend = "".join(f"<span class=\"mark {m}\">{_e(label)}</span>" for m, label in (
+        ("input", "input"), ("mutated", "mutated input / new value"), ("alias", "aliased output"),
+        ("saved", "saved activation"), ("backward", "backward op"), ("gradient", "gradient / loss")))
+    return (
+        "<section id=\"graphs\"><h2>Graphs</h2>"
+        f"<nav class=\"tabs\">{tabs}</nav>"
+        "<div class=\"toolbar\"><input id=\"search\" type=\"search\" placeholder=\"search ops, modules, inputs "
+        "(Enter: expand and go to the first match)\"> <span id=\"matches\"></span>"
+        "<button id=\"expand-all\">expand all</button><button id=\"collapse-all\">collapse all</button>"
+        "<button id=\"fit\">fit</button><span id=\"status\"></span></div>"
+        f"<div class=\"legend\">{legend}</div>"
+        "<div id=\"canvas\"><svg id=\"graph\"></svg></div>"
+        "<div id=\"detail\">Click a node for its details; click a module box's title to collapse or expand it.</div>"
+        "</section>"
+    )
+
+
+def _tables(info: dict) -> str:
+    out = ["<section id=\"tables\"><h2>What the bundle holds</h2>"]
+    user_index = {u["name"]: i for i, u in enumerate(info["user_inputs"])}
+    for program, meta in info["metadata"]["programs"].items():
+        rows = []
+        for i, inp in enumerate(meta["inputs"]):
+            t = inp["tensor"] or {}
+            if inp["kind"] == "user_input" and inp["name"] in user_index:
+                t = info["metadata"]["user_inputs"][user_index[inp["name"]]] or t
+            mutated = "" if inp["mutation_type"] == "NOT_MUTATED" else "+".join(
+                w for w, f in (("data", inp["mutates_data"]), ("metadata", inp["mutates_metadata"])) if f
+            ) + f" ({inp['mutation_type']})"
+            rows.append([i, inp["kind"], inp["name"], _shape(t), t.get("dtype", "-"),
+                         "yes" if inp["requires_grad"] else "", mutated])
+        out.append(_table(f"{program}: inputs", ["#", "kind", "name", "shape", "dtype", "grad", "mutated"], rows))
+        rows = [[o["index"], o["output_type"], o["base"] or "", _shape(o["tensor"]),
+                 "yes" if o["requires_grad"] else "", " -> ".join(o["view_replay"])] for o in meta["outputs"]]
+        out.append(_table(f"{program}: outputs", ["#", "alias", "base", "shape", "grad", "view replay"], rows))
+    for kind, g in info["graphs"].items():
+        sig = g["signature"]
+        rows = [[i, s["role"], s["name"], s["target"] or "", "" if s["index"] is None else s["index"]]
+                for i, s in enumerate(sig["inputs"])]
+        out.append(_table(f"{kind}: signature, inputs ({len(rows)})", ["#", "role", "name", "target", "index"], rows,
+                          "collapsed"))
+        rows = [[i, s["role"], s["name"], s["target"] or "", "" if s["index"] is None else s["index"]]
+                for i, s in enumerate(sig["outputs"])]
+        out.append(_table(f"{kind}: signature, outputs ({len(rows)})", ["#", "role", "name", "target", "index"], rows,
+                          "collapsed"))
+        if sig["backward"]:
+            bw = sig["backward"]
+            rows = ([[n, f"parameter {t}"] for n, t in bw["gradients_to_parameters"].items()]
+                    + [[n, f"input {t}"] for n, t in bw["gradients_to_user_inputs"].items()]
+                    + ([[bw["loss_output"], "(loss)"]] if bw["loss_output"] else []))
+            out.append(_table(f"{kind}: backward signature", ["output", "gradient of"], rows, "collapsed"))
+        out.append(_table(f"{kind}: ops ({g['num_nodes']})", ["op", "count"], [[op, n] for op, n in g["ops"].items()],
+                          "collapsed"))
+    files = info["manifest"]["files"]
+    out.append(_table("Files", ["path", "kind", "size", "sha256"],
+                      [[f["path"], f["kind"], _size(f["size"]), f["sha256"][:16]] for f in files]))
+    builds = [[f["path"], k, v] for f in files if f.get("build") for k, v in f["build"].items()]
+    out.append(_table("Build fingerprints", ["artifact", "key", "value"], builds, "collapsed"))
+    if info["subclasses"]:
+        rows = [[r["where"], r["name"], r["class"], str(tuple(r["shape"])), r["dtype"],
+                 "; ".join(f"{i['name']} {i['dtype'] or ''} {list(i['shape']) if i['shape'] is not None else ''}"
+                           for i in r["inner"])] for r in info["subclasses"]]
+        out.append(_table("Tensor subclasses", ["where", "name", "class", "shape", "dtype", "inner tensors"], rows))
+    if info["constants"]:
+        rows = [[c["name"], c["graph"], c["dtype"], c["shape"]] for c in info["constants"]]
+        out.append(_table("Constants", ["name", "graph", "dtype", "shape"], rows))
+    out.append("</section>")
+    return "\n".join(x for x in out if x)
+
+
+def _shape(tensor: dict | None) -> str:
+    if not tensor:
+        return "-"
+    dims = []
+    for i, size in enumerate(tensor["shape"]):
+        dyn = (tensor.get("dynamic_dims") or {}).get(str(i))
+        dims.append(f"{dyn['symbol']}[{dyn['min']}..{'inf' if dyn['max'] is None else dyn['max']}]" if dyn else str(size))
+    return "(" + ", ".join(dims) + ")"
+
+
+# ----------------------------------------------------------------- recorded results
+
+
+def _records(records: dict[str, dict]) -> str:
+    out = ["<section id=\"records\"><h2>Recorded results</h2>"]
+    if not records:
+        out.append("<p class=\"none\">None yet: run <code>aotc verify BUNDLE --record</code> or "
+                   "<code>aotc bench BUNDLE --record</code> and make the report again.</p>")
+    if "verify" in records:
+        out.append(_verify_plot(records["verify"]))
+    if "bench" in records:
+        out.append(_bench_plot(records["bench"]))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _verify_plot(rec: dict) -> str:
+    """max abs difference from eager per check, on a log scale."""
+    checks = rec["checks"]
+    passed = sum(1 for c in checks if c["passed"])
+    rows = [(f"{c['artifact']}: {c['name']}", _num(c.get("max_abs")), c["passed"]) for c in checks]
+    bar = _bars([(label, err, "pass" if ok else "fail", f"{err:.2e}" if err is not None else "-")
+                 for label, err, ok in rows], log=True, floor=1e-12)
+    title = (f"verify, recorded {rec.get('recorded', '?')}: {passed} of {len(checks)} checks passed"
+             + ("" if rec.get("ok", passed == len(checks)) else " (FAILED)"))
+    table = _table("verify checks", ["artifact", "entry", "max abs", "max rel", "rtol", "atol", "result"],
+                   [[c["artifact"], c["name"], c.get("max_abs"), c.get("max_rel"), c.get("rtol"), c.get("atol"),
+                     "pass" if c["passed"] else f"FAIL {c.get('note') or ''}"] for c in checks], "collapsed")
+    return f"<div class=\"plot\"><h3>{_e(title)}</h3><p>max abs difference from eager per entry (log scale)</p>{bar}{table}</div>"
+
+
+def _bench_plot(rec: dict) -> str:
+    """Steady-state time per call of each variant, and cold start, as bars."""
+    results = rec["results"]
+    what = "training step" if rec.get("train") else "inference call"
+    timed = [(r["variant"], _num(r.get("median_us"))) for r in results]
+    steady = _bars([(v, t, "aotc" if v.startswith("aotc") else "base", f"{t:.1f} µs" if t else "failed")
+                    for v, t in timed])
+    cold = _bars([(r["variant"], _num(r.get("cold_start_s")), "aotc" if r["variant"].startswith("aotc") else "base",
+                   f"{_num(r.get('cold_start_s')):.2f} s" if _num(r.get("cold_start_s")) else "failed")
+                  for r in results])
+    title = (f"bench, recorded {rec.get('recorded', '?')}: {rec.get('device', '?')}, {rec.get('threads', '?')} "
+             f"thread(s), {what}")
+    table = _table("bench results", ["variant", "median µs", "p90 µs", "cold start s", "peak MiB", "error"],
+                   [[r["variant"], r.get("median_us"), r.get("p90_us"), r.get("cold_start_s"), r.get("peak_memory_mib"),
+                     r.get("error") or ""] for r in results], "collapsed")
+    return (f"<div class=\"plot\"><h3>{_e(title)}</h3><p>steady state, µs per {_e(what)} (shorter is faster)</p>"
+            f"{steady}<p>cold start: process start to first output, s</p>{cold}{table}</div>")
+
+
+def _bars(rows: list[tuple[str, float | None, str, str]], log: bool = False, floor: float = 0.0) -> str:
+    """A horizontal bar chart as inline SVG: (label, value, css class, value text) per row."""
+    import math
+
+    width, label_w, row_h = 900, 360, 22
+    values = [v for _, v, _, _ in rows if v is not None and v > 0]
+    if not values:
+        return "<p class=\"none\">no figures</p>"
+    top = max(values)
+    low = max(min(values), floor) if log else 0.0
+
+    def scale(v: float) -> float:
+        if log:
+            lo, hi = math.log10(low) - 0.5, math.log10(top) + 0.1
+            return (math.log10(max(v, low)) - lo) / (hi - lo)
+        return v / top
+
+    parts = [f"<svg class=\"bars\" width=\"{width}\" height=\"{row_h * len(rows) + 4}\" "
+             f"viewBox=\"0 0 {width} {row_h * len(rows) + 4}\">"]
+    for i, (label, value, cls, text) in enumerate(rows):
+        y = i * row_h + 2
+        w = 0 if value is None or value <= 0 else max(1.0, scale(value) * (width - label_w - 110))
+        parts.append(f"<text x=\"{label_w - 6}\" y=\"{y + 15}\" text-anchor=\"end\">{_e(label[:60])}</text>"
+                     f"<rect class=\"{cls}\" x=\"{label_w}\" y=\"{y + 3}\" width=\"{w:.1f}\" height=\"{row_h - 6}\"/>"
+                     f"<text x=\"{label_w + w + 6:.1f}\" y=\"{y + 15}\">{_e(text)}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
