@@ -15,7 +15,9 @@ package), api (export), bundle + archives + bundle_check + atomic (writing and
 checking bundles), formats (the artifact formats of exporters/), compiler (AOTInductor
 cache), runtime/ (the wrapper stack of aotc.load), observe + parity (eager parity: aotc.verify);
 subclasses (tensor subclasses: how they are described, and the trust list; capture/ and
-runtime/ each have the module for their side).
+runtime/ each have the module for their side); report (`aotc report`: one HTML page per
+bundle), records (`verify/bench --record` results kept in the bundle) and diff (`aotc
+diff`: what changed between two bundles).
 
 Example::
 
@@ -42,6 +44,9 @@ _EXPORTS = {
     "compile": "aotc.compiler",
     "verify": "aotc.parity",
     "apply": "aotc.regions",
+    "diff_bundles": "aotc.diff",
+    "write_report": "aotc.report",
+    "write_record": "aotc.records",
     "export_regions": "aotc.regions",
     "RegionalBundle": "aotc.regions",
     "generate": "aotc.generation",
