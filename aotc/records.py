@@ -9,6 +9,7 @@ bundle may come from anyone: values are shown, never run.
 from __future__ import annotations
 
 import datetime
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ def write_record(path: str | Path, name: str, data: dict[str, Any]) -> Bundle:
         raise ValueError(f"unknown record '{name}'")
     bundle = Bundle.open(path)
     rel = RECORDS[name]
-    payload = {"recorded": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **data}
+    recorded = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    payload = json.loads(json.dumps({"recorded": recorded, **data}))  # as a reader will see it: tuples are lists
     _check(name, payload, rel)
     return update_bundle(bundle, lambda writer: writer.write_json(rel, payload, "record"), replaced={rel})
 

@@ -366,7 +366,7 @@ def _verify_plot(rec: dict) -> str:
     checks = rec["checks"]
     passed = sum(1 for c in checks if c["passed"])
     rows = [(f"{c['artifact']}: {c['name']}", _num(c.get("max_abs")), c["passed"]) for c in checks]
-    bar = _bars([(label, err, "pass" if ok else "fail", f"{err:.2e}" if err is not None else "-")
+    bar = _bars([(label, err, "pass" if ok else "fail", "-" if err is None else "0 (exact)" if err == 0 else f"{err:.2e}")
                  for label, err, ok in rows], log=True, floor=1e-12)
     title = (f"verify, recorded {rec.get('recorded', '?')}: {passed} of {len(checks)} checks passed"
              + ("" if rec.get("ok", passed == len(checks)) else " (FAILED)"))
@@ -400,9 +400,9 @@ def _bars(rows: list[tuple[str, float | None, str, str]], log: bool = False, flo
     import math
 
     width, label_w, row_h = 900, 360, 22
-    values = [v for _, v, _, _ in rows if v is not None and v > 0]
-    if not values:
+    if not rows:
         return "<p class=\"none\">no figures</p>"
+    values = [v for _, v, _, _ in rows if v is not None and v > 0] or [1.0]  # all zero: bars of no length
     top = max(values)
     low = max(min(values), floor) if log else 0.0
 

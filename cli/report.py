@@ -36,8 +36,8 @@ def report_command(bundle, output, as_json, debug):
     from aotc.errors import AotcError
 
     if is_regional(bundle):
-        raise AotcError(f"'{bundle}' is a regional bundle: make a report of each group's bundle "
-                        f"({bundle}/groups/NAME), e.g. aotc report {bundle}/groups/<group> -o group.html.")
+        raise AotcError(f"'{bundle}' is a regional bundle: make a report of each group's bundle instead, "
+                        f"e.g. aotc report {bundle}/groups/g0 -o g0.html (aotc inspect {bundle} lists the groups).")
     out = console()
     start = time.perf_counter()
     with out.status("drawing the graphs..."):

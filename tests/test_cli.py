@@ -94,6 +94,19 @@ def test_inspect_graph_prints_code(sample_bundles):
     assert "has no 'joint' graph; it has inference" in missing.stderr
 
 
+def test_piped_tables_keep_their_width(tmp_path):
+    import aotc
+
+    name = "a_rather_long_submodule_name_" * 10  # 290 characters: folded anywhere under that
+    model = torch.nn.Sequential()
+    model.add_module(name, torch.nn.Linear(4, 2))
+    path = aotc.export(model, (torch.randn(3, 4),), tmp_path / "long").path
+    result = invoke("inspect", path)  # CliRunner: stderr is not a terminal
+    assert result.exit_code == 0, result.stderr
+    rows = [line for line in result.stderr.splitlines() if f"{name}.weight" in line]
+    assert rows and all("float32" in row for row in rows)  # the whole row on one line
+
+
 def test_every_command_has_help():
     from aotc.cli.main import cli
 

@@ -243,8 +243,25 @@ def test_text_from_the_bundle_is_never_markup(browser, tmp_path):
     assert _errors(browser) == []
 
 
-def test_report_errors_are_named(tmp_path):
+def test_report_errors_are_named(tmp_path, gpt_regions):
     result = invoke("report", tmp_path / "missing", "-o", tmp_path / "r.html")
     assert result.exit_code == 1
-    assert "not found" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"Error: Bundle '{tmp_path / 'missing'}' not found: no such directory."
+    result = invoke("report", gpt_regions, "-o", tmp_path / "r.html")
+    assert result.exit_code == 1
+    assert f"'{gpt_regions}' is a regional bundle" in result.stderr and f"{gpt_regions}/groups/g0" in result.stderr
     assert not (tmp_path / "r.html").exists()
+    group = invoke("report", gpt_regions / "groups" / "g0", "-o", tmp_path / "g0.html")  # what the message says works
+    assert group.exit_code == 0, group.stderr
+
+
+def test_a_record_of_the_wrong_shape_is_refused(tmp_path):
+    from aotc.errors import BundleError
+    from aotc.records import write_record
+
+    path = aotc.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),), tmp_path / "b").path
+    with pytest.raises(BundleError, match=r"checks\[0\] has no bool 'passed'"):
+        write_record(path, "verify", {"checks": [{"artifact": "fx", "name": "output[0]", "passed": "yes"}]})
+    with pytest.raises(BundleError, match="expected an object with a list 'results'"):
+        write_record(path, "bench", {"results": "fast"})
+    assert not (path / "records").exists()  # nothing written
