@@ -120,3 +120,16 @@ def test_golden_references_match_eager(sample_bundles):
     (x,) = clone_inputs(spec.args)
     torch.testing.assert_close(golden["input:x"], x)
     torch.testing.assert_close(golden["output[0]"], copy.deepcopy(spec.module).eval()(x).detach())
+
+
+def test_verify_reports_progress_per_artifact(sample_bundles):
+    import aotc
+
+    path, summary = sample_bundles[("inplace", "inference")]  # never compiled by other tests: fx only
+    seen = []
+    report = aotc.verify(path, model=summary["source"], samples=2, on_artifact=lambda *a: seen.append(a))
+    labels = [label for label, _, _ in seen]
+    # each artifact on the golden inputs, then on each random sample, then "done"
+    assert labels == ["fx", "fx vs eager (sample 1)", "fx vs eager (sample 2)", "done"]
+    assert [done for _, done, _ in seen] == [0, 1, 2, 3] and {total for _, _, total in seen} == {3}
+    assert {c.artifact for c in report.checks} == set(labels[:-1])
