@@ -27,6 +27,7 @@ from typing import Any
 from aotc.bundle import Bundle
 from aotc.records import read_records
 from aotc.summary import describe
+from aotc.units import human_size
 
 _ASSETS = "report_assets"
 # inputs whose slot targets a parameter or buffer are drawn inside that module's box
@@ -60,80 +61,95 @@ class GraphView:
 
 def graph_view(bundle: Bundle, kind: str) -> GraphView:
     """The nodes and edges of one graph, with what aotc knows about each."""
-    program = bundle.load_program(kind)
+    graph = bundle.load_program(kind).graph
     signature = bundle.signature.graphs[kind]
     meta = bundle.metadata.programs.get(kind)
-    graph = program.graph
-    nodes: list[GraphNode] = []
-    index: dict[Any, int] = {}
-    modules: dict[str, str] = {}
     in_meta = _input_meta(signature, meta)
     out_meta = {o.index: o for o in meta.outputs} if meta else {}
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    for node, slot in zip(placeholders, signature.inputs):
-        info = in_meta.get(slot.name)
-        view = GraphNode(node.name, "input", slot.name, role=slot.role, slot=slot.name, **_value(node))
-        if slot.role in _STATE_ROLES and slot.target and "." in slot.target:
-            view.module = slot.target.rpartition(".")[0]
-        if info is not None and info.mutation_type != "NOT_MUTATED":
-            what = "+".join(w for w, f in (("data", info.mutates_data), ("metadata", info.mutates_metadata)) if f)
-            view.marks.append("mutated")
-            view.note = f"mutated ({what}, {info.mutation_type})"
-        if slot.role == "saved":
-            view.marks.append("saved")
-            view.note = "saved activation, from the forward graph"
-        if slot.role == "tangent":
-            view.marks.append("backward")
-            view.note = f"incoming gradient of {slot.target}"
+    nodes: list[GraphNode] = []
+    index: dict[Any, int] = {}  # fx node -> position in nodes
+    modules: dict[str, str] = {}
+    ops = [n for n in graph.nodes if n.op == "call_function"]
+    for node, slot in zip([n for n in graph.nodes if n.op == "placeholder"], signature.inputs):
         index[node] = len(nodes)
-        nodes.append(view)
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        stack = list((node.meta.get("nn_module_stack") or {}).values())
-        path, type_name = stack[-1] if stack else ("", "")
-        for p, t in stack:
-            modules.setdefault(p, t.rpartition(".")[2])
-        view = GraphNode(node.name, "op", _op_label(node.target), module=path, module_type=type_name.rpartition(".")[2],
-                         note=str(node.target), **_value(node))
-        if kind == "backward" or (node.meta.get("custom") or {}).get("aotc_phase") == "backward":
-            view.marks.append("backward")
+        nodes.append(_input_node(node, slot, in_meta.get(slot.name)))
+    for node in ops:
         index[node] = len(nodes)
-        nodes.append(view)
-    edges = [(index[src], index[node]) for node in graph.nodes if node in index and node.op == "call_function"
-             for src in node.all_input_nodes if src in index]
-    output = next(n for n in graph.nodes if n.op == "output")
-    values = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    for value, slot in zip(values, signature.outputs):
-        view = GraphNode(f"out:{slot.name}", "output", slot.name, role=slot.role, slot=slot.name)
-        if hasattr(value, "meta"):
-            view.shape, view.dtype = _value(value)["shape"], _value(value)["dtype"]
-        if slot.role == "saved":
-            view.marks.append("saved")
-            view.note = "saved for the backward graph"
-        elif slot.role == "input_mutation":
-            view.marks.append("mutated")
-            view.note = f"new value of {slot.target}, copied into it after the call"
-        elif slot.role in ("gradient", "loss"):
-            view.marks.append(slot.role)
-            view.note = f"gradient of {slot.target}" if slot.role == "gradient" else "the loss"
-        if slot.role in ("user_output", "loss") and slot.index in out_meta:
-            o = out_meta[slot.index]
-            if o.output_type not in ("non_alias",):
-                view.marks.append("alias")
-                view.note = f"{o.output_type}" + (f" of {o.base}" if o.base else "")
-        nodes.append(view)
+        nodes.append(_op_node(node, kind, modules))
+    edges = [(index[src], index[node]) for node in ops for src in node.all_input_nodes if src in index]
+    values = graph.output_node().args[0]
+    for value, slot in zip(values if isinstance(values, (list, tuple)) else [values], signature.outputs):
+        nodes.append(_output_node(value, slot, out_meta))
         if value in index:
             edges.append((index[value], len(nodes) - 1))
+    return GraphView(kind, nodes, edges, _with_enclosing(modules, nodes))
+
+
+def _input_node(node, slot, info) -> GraphNode:
+    view = GraphNode(node.name, "input", slot.name, role=slot.role, slot=slot.name, **_value(node))
+    if slot.role in _STATE_ROLES and slot.target and "." in slot.target:
+        view.module = slot.target.rpartition(".")[0]  # a parameter sits in its module's box
+    if info is not None and info.mutation_type != "NOT_MUTATED":
+        what = "+".join(w for w, f in (("data", info.mutates_data), ("metadata", info.mutates_metadata)) if f)
+        view.marks.append("mutated")
+        view.note = f"mutated ({what}, {info.mutation_type})"
+    if slot.role == "saved":
+        view.marks.append("saved")
+        view.note = "saved activation, from the forward graph"
+    elif slot.role == "tangent":
+        view.marks.append("backward")
+        view.note = f"incoming gradient of {slot.target}"
+    return view
+
+
+def _op_node(node, kind: str, modules: dict[str, str]) -> GraphNode:
+    """An op, in the box of the innermost user module it was called in (nn_module_stack,
+    carried through re-export by aotc.capture.finish); `modules` collects the boxes."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    path, type_name = stack[-1] if stack else ("", "")
+    for p, t in stack:
+        modules.setdefault(p, t.rpartition(".")[2])
+    view = GraphNode(node.name, "op", _op_label(node.target), module=path, module_type=type_name.rpartition(".")[2],
+                     note=str(node.target), **_value(node))
+    if kind == "backward" or (node.meta.get("custom") or {}).get("aotc_phase") == "backward":
+        view.marks.append("backward")
+    return view
+
+
+def _output_node(value, slot, out_meta: dict) -> GraphNode:
+    view = GraphNode(f"out:{slot.name}", "output", slot.name, role=slot.role, slot=slot.name)
+    if hasattr(value, "meta"):
+        facts = _value(value)
+        view.shape, view.dtype = facts["shape"], facts["dtype"]
+    if slot.role == "saved":
+        view.marks.append("saved")
+        view.note = "saved for the backward graph"
+    elif slot.role == "input_mutation":
+        view.marks.append("mutated")
+        view.note = f"new value of {slot.target}, copied into it after the call"
+    elif slot.role in ("gradient", "loss"):
+        view.marks.append(slot.role)
+        view.note = f"gradient of {slot.target}" if slot.role == "gradient" else "the loss"
+    if slot.role in ("user_output", "loss") and slot.index in out_meta:
+        o = out_meta[slot.index]
+        if o.output_type != "non_alias":
+            view.marks.append("alias")
+            view.note = o.output_type + (f" of {o.base}" if o.base else "")
+    return view
+
+
+def _with_enclosing(modules: dict[str, str], nodes: list[GraphNode]) -> dict[str, str]:
+    """Every module box to draw, sorted: those ops named, those holding only parameters,
+    and every box enclosing one of them."""
     modules.pop("", None)
-    for view in nodes:  # parameters of a module with no op of its own still get its box
-        if view.module and view.module not in modules:
-            modules[view.module] = ""
-    for path in list(modules):  # every enclosing box exists too
+    for view in nodes:
+        if view.module:
+            modules.setdefault(view.module, "")
+    for path in list(modules):
         parts = path.split(".")
         for i in range(1, len(parts)):
             modules.setdefault(".".join(parts[:i]), "")
-    return GraphView(kind, nodes, edges, dict(sorted(modules.items())))
+    return dict(sorted(modules.items()))
 
 
 def _input_meta(signature, meta) -> dict:
@@ -231,14 +247,6 @@ def _table(title: str, columns: list[str], rows: list[list[Any]], cls: str = "")
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></details>")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def _header(info: dict) -> str:
     m = info["manifest"]
     model = m["model"]
@@ -250,7 +258,7 @@ def _header(info: dict) -> str:
         ("versions", f"format {m['format_version']}, aotc {m['aotc_version']}, torch {m['torch_version']}, "
                      f"python {m['python_version']}"),
         ("created", m["created"]),
-        ("size", f"{_size(info['size']['total'])} in {len(m['files'])} files"),
+        ("size", f"{human_size(info['size']['total'])} in {len(m['files'])} files"),
     ]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return (f"<header><h1>{_e(model['name'])} <small>aotc bundle</small></h1>"
@@ -316,7 +324,7 @@ def _tables(info: dict) -> str:
                           "collapsed"))
     files = info["manifest"]["files"]
     out.append(_table("Files", ["path", "kind", "size", "sha256"],
-                      [[f["path"], f["kind"], _size(f["size"]), f["sha256"][:16]] for f in files]))
+                      [[f["path"], f["kind"], human_size(f["size"]), f["sha256"][:16]] for f in files]))
     builds = [[f["path"], k, v] for f in files if f.get("build") for k, v in f["build"].items()]
     out.append(_table("Build fingerprints", ["artifact", "key", "value"], builds, "collapsed"))
     if info["subclasses"]:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from aotc.errors import AotcError, CaptureError
+from aotc.units import human_size  # noqa: F401  (the commands import it from here)
 
 INTERNAL_ERROR = 2
 
@@ -95,14 +96,6 @@ def handles_errors(fn: Callable) -> Callable:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
-
-
-def human_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 class Phases:
