@@ -181,20 +181,46 @@ def _op_label(target) -> str:
 
 
 def build_report(path: str | Path) -> str:
-    """The report of the bundle at `path`, as one HTML document."""
+    """The report of the bundle (or regional bundle) at `path`, as one HTML document."""
+    from aotc.regions import RegionalBundle, is_regional
+
+    if is_regional(path):
+        return _regional_report(RegionalBundle.open(path))
     bundle = Bundle.open(path)
     info = describe(bundle)
-    records = read_records(bundle)
     graphs = [asdict(graph_view(bundle, kind)) for kind in bundle.graph_kinds]
-    data = {"model": info["manifest"]["model"]["name"], "graphs": graphs}
-    title = f"aotc report: {info['manifest']['model']['name']}"
-    body = [
-        _header(info),
-        _graph_section(graphs),
-        _tables(info),
-        _records(records),
-    ]
-    return _page(title, "\n".join(body), data)
+    body = [_header(info), _graph_section(graphs), _tables(info), _records(read_records(bundle))]
+    return _page(f"aotc report: {info['manifest']['model']['name']}", "\n".join(body), {"graphs": graphs})
+
+
+def _regional_report(rb) -> str:
+    """A regional bundle: its regions, groups and graph-break report, then every group's
+    graphs (one tab each) and tables."""
+    from aotc.summary import describe_regions
+
+    info = describe_regions(rb)
+    graphs, tables = [], []
+    for name, bundle in rb.groups.items():
+        for kind in bundle.graph_kinds:
+            view = asdict(graph_view(bundle, kind))
+            view["kind"] = f"{name}: {kind}"
+            graphs.append(view)
+        tables.append(f"<h3>group {_e(name)}</h3>" + _tables(describe(bundle)).replace("<h2>What the bundle holds</h2>", ""))
+    head = (f"<header><h1>{_e(info['model'])} <small>aotc regional bundle</small></h1>"
+            f"<p class=\"path\">{_e(info['bundle'])}</p><table class=\"facts\">"
+            f"<tr><th>source</th><td>{_e(info['source'] or '-')}</td></tr>"
+            f"<tr><th>size</th><td>{_e(human_size(info['size_bytes']))}</td></tr></table></header>")
+    regions = "<section id=\"regions\"><h2>Regions</h2>" + "".join([
+        _table("Regions (each runs its group's graphs; the model's own Python glue stays Python)",
+               ["region", "class", "group", "graphs", "parameters"],
+               [[r["fqn"], r["class"], r["group"], ", ".join(r["graphs"]), r["parameters"]] for r in info["regions"]]),
+        _table("Groups (identical regions share one)", ["group", "path", "first region", "regions", "compiled"],
+               [[g["name"], g["path"], g["first"], g["regions"], ", ".join(g["compiled"]) or "-"] for g in info["groups"]]),
+        _table("Graph breaks (why the whole model was not captured)", ["where", "kind", "reason", "what to do"],
+               [[f"{b['file']}:{b['line']} in {b['function']}", b["kind"], b["reason"], b["fix"]] for b in info["breaks"]]),
+    ]) + "</section>"
+    body = [head, _graph_section(graphs), regions, *tables]
+    return _page(f"aotc report: {info['model']} (regions)", "\n".join(body), {"graphs": graphs})
 
 
 def write_report(path: str | Path, out: str | Path) -> Path:

@@ -21,7 +21,8 @@ def report_command(bundle, output, as_json, debug):
     """Write one HTML page about BUNDLE: every graph drawn (grouped by module,
     collapsible, searchable; mutated inputs, aliased outputs, saved activations and
     backward ops marked), the tables of aotc inspect, and the results of
-    `aotc verify --record` and `aotc bench --record`.
+    `aotc verify --record` and `aotc bench --record`. A regional bundle's page shows
+    its regions, groups and graph breaks and every group's graphs.
 
     The page needs no network and no server: open it in any browser. Making it reads
     the bundle and runs nothing in it.
@@ -31,13 +32,8 @@ def report_command(bundle, output, as_json, debug):
       aotc report bundles/mlp-fb -o mlp.html
       aotc verify bundles/mlp-fb --record && aotc report bundles/mlp-fb -o mlp.html
     """
-    from aotc.regions import is_regional
     from aotc.report import write_report
-    from aotc.errors import AotcError
 
-    if is_regional(bundle):
-        raise AotcError(f"'{bundle}' is a regional bundle: make a report of each group's bundle instead, "
-                        f"e.g. aotc report {bundle}/groups/g0 -o g0.html (aotc inspect {bundle} lists the groups).")
     out = console()
     start = time.perf_counter()
     with out.status("drawing the graphs..."):

@@ -243,16 +243,27 @@ def test_text_from_the_bundle_is_never_markup(browser, tmp_path):
     assert _errors(browser) == []
 
 
-def test_report_errors_are_named(tmp_path, gpt_regions):
+def test_report_errors_are_named(tmp_path):
     result = invoke("report", tmp_path / "missing", "-o", tmp_path / "r.html")
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1] == f"Error: Bundle '{tmp_path / 'missing'}' not found: no such directory."
-    result = invoke("report", gpt_regions, "-o", tmp_path / "r.html")
-    assert result.exit_code == 1
-    assert f"'{gpt_regions}' is a regional bundle" in result.stderr and f"{gpt_regions}/groups/g0" in result.stderr
     assert not (tmp_path / "r.html").exists()
-    group = invoke("report", gpt_regions / "groups" / "g0", "-o", tmp_path / "g0.html")  # what the message says works
-    assert group.exit_code == 0, group.stderr
+
+
+def test_a_regional_bundle_shows_its_regions_and_every_group(browser, gpt_regions, tmp_path):
+    from aotc.regions import RegionalBundle
+
+    rb = RegionalBundle.open(gpt_regions)
+    _open(browser, _report(gpt_regions, tmp_path / "regions.html"))
+    tabs = [(bundle, kind) for bundle in rb.groups.values() for kind in bundle.graph_kinds]
+    assert browser.execute_script("return document.querySelectorAll('.tab').length") == len(tabs)
+    for index, (bundle, kind) in enumerate(tabs):
+        _show(browser, index)
+        assert _drawn(browser) == _expected_nodes(bundle, kind)
+    rows = browser.execute_script("return [...document.querySelectorAll('#regions table')[0].tBodies[0].rows]"
+                                  ".map(r => r.cells[0].textContent)")
+    assert rows == [r.fqn for r in rb.manifest.regions]
+    assert _errors(browser) == []
 
 
 def test_a_record_of_the_wrong_shape_is_refused(tmp_path):
