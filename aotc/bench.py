@@ -359,7 +359,7 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
                 f"{', '.join(b for _, b in available)}."
             )
         available = [(label, b) for label, b in available if b in backends]
-    training = train or bundle.metadata.training and "inference" not in bundle.graph_kinds
+    training = times_training(bundle, train)
     _need_model(baselines, model)
     spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
@@ -369,6 +369,11 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     if "raw" in baselines and any(b == "aoti" for _, b in available):
         variants.append((RAW, {}))
     return _run_variants(spec, variants, baselines, on_variant)
+
+
+def times_training(bundle, train: bool) -> bool:
+    """Whether bench times training steps: asked for, or the bundle has nothing else."""
+    return train or bundle.metadata.training and "inference" not in bundle.graph_kinds
 
 
 def _need_model(baselines, model) -> None:

@@ -67,12 +67,14 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
     data = {"bundle": str(bundle), "device": device, "train": train, "threads": threads, "repeats": repeats,
             "iters": iters, "results": results_json(results)}
     if record:
+        from aotc.bench import times_training
+        from aotc.bundle import Bundle
         from aotc.regions import is_regional
 
         if is_regional(bundle):
             out.print("[yellow]not recorded[/]: a regional bundle keeps no records")
-        else:
-            record_results(bundle, "bench", data, out)
+        else:  # what was timed: a joint bundle's calls are training steps without --train
+            record_results(bundle, "bench", {**data, "train": times_training(Bundle.open(bundle), train)}, out)
     if as_json:
         emit_json(data)
         return
