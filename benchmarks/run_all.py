@@ -12,6 +12,7 @@ spread. The compile cost of `aotc compile --no-cache` is set beside torch's own
 empty inductor cache.
 
     .venv/bin/python benchmarks/run_all.py [--models mlp gpt_small] [--threads 1 2] [--repeats 3]
+    .venv/bin/python benchmarks/run_all.py --report-only      # the report again from results.json
 
 A run adds to results.json (model, threads) by (model, threads), so the report can be
 built from runs made one after the other.
@@ -99,7 +100,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--no-compile-cost", action="store_true", help="skip the aotc vs torch compile-time comparison")
+    parser.add_argument("--report-only", action="store_true", help="rebuild report.md and report.png from results.json")
     opts = parser.parse_args()
+    if opts.report_only:
+        results = json.loads((RESULTS / "results.json").read_text())
+        (RESULTS / "report.md").write_text(report_md(results))
+        report_png(results, RESULTS / "report.png")
+        print(f"wrote {RESULTS}/report.md, report.png")
+        return
     sys.path.insert(0, str(ROOT))
     import aotc
     from aotc.bench import as_json, bench
@@ -216,6 +224,7 @@ def report_png(results: dict, path: Path) -> None:
             for part in ("inference", "training"):
                 variants += [x["variant"] for x in results[m][t][part] if x["variant"] not in variants]
         width = 0.8 / len(variants)
+        colors = plt.get_cmap("tab20")  # more variants than the default cycle's 10 colours
         panels = [("inference", "median_us", "Inference latency / eager (lower is faster)"),
                   ("training", "median_us", "Training step / eager (lower is faster)"),
                   ("inference", "cold_start_s", "Cold start: process start to first output, s (log)")]
@@ -229,7 +238,7 @@ def report_png(results: dict, path: Path) -> None:
                         values.append(0)
                     else:
                         values.append(x[key] / eager[key] if key == "median_us" else x[key])
-                ax.bar([j + i * width for j in range(len(models))], values, width, label=variant)
+                ax.bar([j + i * width for j in range(len(models))], values, width, label=variant, color=colors(i % 20))
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=15)
             ax.set_title(f"{title} [{t}]")
             if key == "median_us":

@@ -5,8 +5,10 @@
   const data = JSON.parse(document.getElementById("aotc-data").textContent);
   const NS = "http://www.w3.org/2000/svg";
   // dagre lays out graphs a few thousand ranks deep only until its recursion overflows the
-  // browser's stack (about 2,000 nodes in a chain): a view draws at most MAX_DRAW items and
-  // starts with modules collapsed so that it shows at most FIRST_VIEW
+  // browser's stack (about 2,000 nodes in a chain), and takes seconds on a few hundred nodes
+  // with many edges across module boxes: a graph of more than COLLAPSE_ABOVE nodes opens
+  // with its modules folded, showing at most FIRST_VIEW boxes, and a view draws at most MAX_DRAW
+  const COLLAPSE_ABOVE = 400;
   const FIRST_VIEW = 600;
   const MAX_DRAW = 1200;
   const svg = document.getElementById("graph");
@@ -40,7 +42,7 @@
   // the deepest level of modules whose collapse leaves at most FIRST_VIEW boxes
   function initialCollapse(graph) {
     const modules = Object.keys(graph.modules);
-    if (graph.nodes.length <= FIRST_VIEW || !modules.length) return new Set();
+    if (graph.nodes.length <= COLLAPSE_ABOVE || !modules.length) return new Set();
     const maxDepth = Math.max(...modules.map(depth));
     let best = new Set(modules.filter((m) => depth(m) === 1));
     for (let d = 2; d <= maxDepth; d++) {
