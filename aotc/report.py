@@ -247,8 +247,9 @@ def _asset(name: str) -> str:
 
 
 def _page(title: str, body: str, data: dict) -> str:
-    # JSON inside <script>: '</' and '<!--' must not end or open anything there
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    # JSON inside <script>: no '<' may end the block or open a comment there; \u003c is
+    # still '<' to JSON.parse ('<' appears in JSON only inside strings)
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(title)}</title><style>{_asset('report.css')}</style></head>\n<body>\n{body}\n"

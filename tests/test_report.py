@@ -231,8 +231,8 @@ def test_recorded_verify_and_bench_results_are_plotted(browser, tmp_path):
 
 
 def test_text_from_the_bundle_is_never_markup(browser, tmp_path):
-    evil = '</script><img src=x onerror="window.pwned=1">'
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    evil = '</script><!--<img src=x onerror="window.pwned=1">'
+    model = torch.nn.Sequential(torch.nn.LayerNorm(4))  # its getitem's note, '<built-in function getitem>', is JSON
     path = aotc.export(model, (torch.randn(2, 4),), tmp_path / "evil", name=evil).path
     page = _report(path, tmp_path / "evil.html")
     text = page.read_text()
@@ -240,6 +240,9 @@ def test_text_from_the_bundle_is_never_markup(browser, tmp_path):
     _open(browser, page)
     assert browser.execute_script("return window.pwned === undefined && document.querySelectorAll('img').length === 0")
     assert evil in browser.execute_script("return document.querySelector('h1').textContent")
+    assert "<built-in" not in text  # inside the JSON block '<' travels as \u003c ...
+    assert browser.execute_script("return JSON.parse(document.getElementById('aotc-data').textContent).graphs[0]"
+                                  ".nodes.some(n => n.note === '<built-in function getitem>')")  # ... and arrives as '<'
     assert _errors(browser) == []
 
 
