@@ -17,7 +17,7 @@ import os
 import torch
 
 from aotc import _torch_compat as tc
-from aotc.schema import BreakEntry as GraphBreak  # one place a model cannot be captured
+from aotc.regions_schema import BreakEntry as GraphBreak  # one place a model cannot be captured
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _AOTC_DIR = os.path.dirname(os.path.abspath(__file__))

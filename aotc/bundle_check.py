@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 
 from aotc.errors import BundleError
-from aotc.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, Subclasses, SubclassTensor, TensorMeta
+from aotc.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, TensorMeta
+from aotc.subclasses_schema import Subclasses, SubclassTensor
 
 DTYPES = frozenset({
     "float32", "float64", "float16", "bfloat16", "complex32", "complex64", "complex128",

@@ -38,17 +38,8 @@ from aotc._torch_compat import pytree
 from aotc.archives import load_safetensors, read_json_file
 from aotc.bundle import Bundle, check_rel_path, check_target, check_writable, manifest_checksum, sha256_file, staging_dir
 from aotc.errors import BundleError, CaptureError, RegionError
-from aotc.schema import (
-    FORMAT_VERSION,
-    FileEntry,
-    ModelInfo,
-    Region,
-    RegionGroup,
-    RegionsManifest,
-    TensorSpec,
-    from_json,
-    to_json,
-)
+from aotc.regions_schema import Region, RegionGroup, RegionsManifest, TensorSpec
+from aotc.schema import FORMAT_VERSION, FileEntry, ModelInfo, from_json, to_json
 
 REGIONS = "regions.json"
 WEIGHTS = "weights.safetensors"

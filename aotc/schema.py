@@ -1,7 +1,7 @@
 """The bundle's JSON files, as dataclasses that validate on read and describe themselves.
 
 `manifest.json`, `signature.json` and `metadata.json` are each one top-level dataclass
-here. `to_json(obj)` writes one; `from_json(cls, data, where)` reads and checks one,
+here (a regional bundle's regions.json is in `aotc.regions_schema`). `to_json(obj)` writes one; `from_json(cls, data, where)` reads and checks one,
 naming the file and field of any problem; `json_schema(cls)` prints its JSON Schema.
 Nothing torch-internal appears in these files: AOTAutograd's enums are stored by name.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from aotc.errors import BundleError
+from aotc.subclasses_schema import Subclasses
 
 # 2: every file is listed and hashed (signature.json and metadata.json too), and the
 # manifest carries a checksum of its own content.
@@ -325,48 +326,6 @@ class ProgramMeta:
 
 
 @dataclass(frozen=True)
-class SubclassTensor:
-    """How to rebuild one tensor subclass from the inner tensors the graphs take.
-
-    Mirrors AOTAutograd's SubclassCreationMeta: `class_name` is `module:qualname`,
-    `context` the `__tensor_flatten__` context as JSON (aotc.subclasses.encode_context),
-    `inner` its inner tensors in flatten order (null: a plain tensor; else a subclass in
-    turn), and `shape`/`stride`/`dtype` the outer tensor's, passed to
-    `__tensor_unflatten__`. The graphs see inner tensors as `<name>:<inner>[:<inner>...]`.
-    """
-
-    class_name: str
-    context: Any
-    inner: dict[str, SubclassTensor | None]
-    shape: list[int]
-    stride: list[int]
-    dtype: str
-    requires_grad: bool = False
-
-
-@dataclass(frozen=True)
-class Subclasses:
-    """Tensors that were traceable wrapper subclasses in the eager model (torchao's
-    quantized weights, ...); every graph takes and returns their inner tensors.
-
-    `state`: parameters and buffers by FQN. `inputs`/`outputs`: by position among the
-    flat user inputs/outputs of the model as the caller sees it (`in_spec`/`out_spec`,
-    whose leaves are the subclass tensors themselves; `input_names` names them).
-    """
-
-    state: dict[str, SubclassTensor]
-    inputs: dict[str, SubclassTensor]
-    outputs: dict[str, SubclassTensor]
-    in_spec: str
-    out_spec: str
-    input_names: list[str]
-    # how the gradient of a subclass parameter (by FQN) or input (by position) is
-    # rebuilt, as AOTAutograd traced it (SubclassMeta.grad_input_metas)
-    state_grads: dict[str, SubclassTensor] = field(default_factory=dict)
-    input_grads: dict[str, SubclassTensor] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class AmbientState:
     """The global state the graphs were captured under, which Dynamo would guard on:
     grad mode, autocast (device type -> its dtype, for each device type where it was on),
@@ -394,74 +353,7 @@ class Metadata:
 # ------------------------------------------------------------------- regional bundles
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    shape: list[int]
-    dtype: str
-
-
-@dataclass(frozen=True)
-class Region:
-    """One submodule of the user's model replaced by a loaded bundle at `aotc.apply`:
-    its FQN, class, the group whose graphs it runs, and its weights' names and shapes
-    (checked against the model it is applied to)."""
-
-    fqn: str
-    class_name: str
-    group: str
-    parameters: dict[str, TensorSpec]
-    buffers: dict[str, TensorSpec]
-
-
-@dataclass(frozen=True)
-class RegionGroup:
-    """Regions that trace to the same graphs: one bundle at `path` (with the weights of
-    `first`), shared by every region of the group; the others' weights are in the
-    regional bundle's weights.safetensors under their FQNs."""
-
-    name: str
-    path: str
-    first: str
-
-
-@dataclass(frozen=True)
-class BreakEntry:
-    """One place the whole model could not be captured (aotc.breaks.GraphBreak)."""
-
-    file: str
-    line: int
-    function: str
-    code: str
-    kind: str
-    reason: str
-    fix: str
-    torch_reason: str
-    stack: list[str]
-
-
-@dataclass(frozen=True)
-class RegionsManifest:
-    """regions.json: a regional bundle. `files` lists every file outside the groups'
-    bundles and each group's manifest.json (whose own checksum and hashes cover the
-    rest), with sizes and sha256; `checksum` covers this file."""
-
-    format_version: int
-    aotc_version: str
-    torch_version: str
-    created: str
-    model: ModelInfo
-    graph_kinds: list[GraphKind]
-    regions: list[Region]
-    groups: list[RegionGroup]
-    breaks: list[BreakEntry]
-    files: list[FileEntry]
-    checksum: str = ""
-
-
 # ------------------------------------------------------------------- (de)serialization
-
-_Schema = Union[Manifest, Signature, Metadata, RegionsManifest]
-
 
 def to_json(obj: Any) -> Any:
     """A dataclass tree as plain JSON values."""
@@ -532,7 +424,8 @@ def _check(tp: Any, value: Any, where: str) -> Any:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, globalns=globals())
+    # in the globals of the class's own module (aotc.regions_schema's classes name this one's)
+    return typing.get_type_hints(cls)
 
 
 def _from_dict(cls: type, data: Any, where: str) -> Any:

@@ -22,7 +22,7 @@ import torch
 
 from aotc import _torch_compat as tc
 from aotc.errors import BundleError, CaptureError, UntrustedSubclassError
-from aotc.schema import SubclassTensor
+from aotc.subclasses_schema import SubclassTensor
 
 # Packages whose tensor classes aotc imports without being told: the engines it is built on.
 DEFAULT_TRUSTED_PACKAGES = ("torch", "torchao")

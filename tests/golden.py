@@ -27,7 +27,8 @@ def _write(name: str, data) -> None:
 
 def main() -> None:
     import aotc
-    from aotc.schema import Manifest, Metadata, RegionsManifest, Signature, json_schema
+    from aotc.regions_schema import RegionsManifest
+    from aotc.schema import Manifest, Metadata, Signature, json_schema
     from conftest import fresh_sample
 
     for cls in (Manifest, Signature, Metadata, RegionsManifest):

@@ -29,7 +29,7 @@ import torch
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
-from aotc.schema import Subclasses, SubclassTensor
+from aotc.subclasses_schema import Subclasses, SubclassTensor
 from aotc.subclasses import Rebuilder, describe, inner_names, inner_paths, is_subclass, plain_tensors
 
 

@@ -9,7 +9,8 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.capture.finish import CapturedGraph
-from aotc.schema import ProgramMeta, Subclasses, TensorMeta, UserInput
+from aotc.schema import ProgramMeta, TensorMeta, UserInput
+from aotc.subclasses_schema import Subclasses
 
 # Which graphs each capture mode produces.
 MODES: dict[str, tuple[str, ...]] = {

@@ -21,7 +21,7 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.errors import InputError
-from aotc.schema import Subclasses
+from aotc.subclasses_schema import Subclasses
 from aotc.subclasses import Rebuilder, inner_names, resolve
 
 
