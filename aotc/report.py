@@ -85,6 +85,26 @@ def graph_view(bundle: Bundle, kind: str) -> GraphView:
     return GraphView(kind, nodes, edges, _with_enclosing(modules, nodes))
 
 
+# slot role -> (mark, note; {target} is the slot's target)
+_INPUT_MARKS = {
+    "saved": ("saved", "saved activation, from the forward graph"),
+    "tangent": ("backward", "incoming gradient of {target}"),
+}
+_OUTPUT_MARKS = {
+    "saved": ("saved", "saved for the backward graph"),
+    "input_mutation": ("mutated", "new value of {target}, copied into it after the call"),
+    "gradient": ("gradient", "gradient of {target}"),
+    "loss": ("loss", "the loss"),
+}
+
+
+def _mark_role(view: GraphNode, slot, marks: dict[str, tuple[str, str]]) -> None:
+    if slot.role in marks:
+        mark, note = marks[slot.role]
+        view.marks.append(mark)
+        view.note = note.format(target=slot.target)
+
+
 def _input_node(node, slot, info) -> GraphNode:
     view = GraphNode(node.name, "input", slot.name, role=slot.role, slot=slot.name, **_value(node))
     if slot.role in _STATE_ROLES and slot.target and "." in slot.target:
@@ -93,12 +113,7 @@ def _input_node(node, slot, info) -> GraphNode:
         what = "+".join(w for w, f in (("data", info.mutates_data), ("metadata", info.mutates_metadata)) if f)
         view.marks.append("mutated")
         view.note = f"mutated ({what}, {info.mutation_type})"
-    if slot.role == "saved":
-        view.marks.append("saved")
-        view.note = "saved activation, from the forward graph"
-    elif slot.role == "tangent":
-        view.marks.append("backward")
-        view.note = f"incoming gradient of {slot.target}"
+    _mark_role(view, slot, _INPUT_MARKS)
     return view
 
 
@@ -121,15 +136,7 @@ def _output_node(value, slot, out_meta: dict) -> GraphNode:
     if hasattr(value, "meta"):
         facts = _value(value)
         view.shape, view.dtype = facts["shape"], facts["dtype"]
-    if slot.role == "saved":
-        view.marks.append("saved")
-        view.note = "saved for the backward graph"
-    elif slot.role == "input_mutation":
-        view.marks.append("mutated")
-        view.note = f"new value of {slot.target}, copied into it after the call"
-    elif slot.role in ("gradient", "loss"):
-        view.marks.append(slot.role)
-        view.note = f"gradient of {slot.target}" if slot.role == "gradient" else "the loss"
+    _mark_role(view, slot, _OUTPUT_MARKS)
     if slot.role in ("user_output", "loss") and slot.index in out_meta:
         o = out_meta[slot.index]
         if o.output_type != "non_alias":
