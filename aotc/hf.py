@@ -137,9 +137,43 @@ def load_folder(folder: str | Path, task: str | None = None) -> FolderModel:
             f"{str(e).strip().splitlines()[0]}. Pick another --task ({', '.join(TASKS)})."
         ) from e
     module.eval()
-    kwargs, dynamic = example_inputs(module.config, modality)
+    kwargs, dynamic = example_inputs(module.config, modality, _text_inputs(folder, module, modality))
     assets = {f"hf/{name}": folder / name for name in _ASSETS if (folder / name).is_file()}
     return FolderModel(task=task, module=module, kwargs=kwargs, dynamic_shapes=dynamic, assets=assets)
+
+
+def _text_inputs(folder: Path, module, modality: str) -> tuple[str, ...]:
+    """The text inputs the folder's own preprocessing gives, so `model(**tokenizer(...))`
+    runs unchanged on the bundle: what the folder's tokenizer returns, among the inputs
+    forward takes. Without a tokenizer: input_ids and attention_mask, and token_type_ids
+    where the config has more than one token type (BERT-style tokenizers return them)."""
+    import inspect
+
+    if modality not in ("text", "seq2seq"):
+        return ()
+    accepted = set(inspect.signature(module.forward).parameters)
+    produced = _tokenizer_outputs(folder)
+    if produced is None:
+        produced = ["input_ids", "attention_mask"]
+        if (getattr(module.config, "type_vocab_size", 0) or 0) > 1:
+            produced.append("token_type_ids")
+    return tuple(n for n in produced if n in accepted)
+
+
+def _tokenizer_outputs(folder: Path) -> list[str] | None:
+    """The names of the tensors the folder's tokenizer returns; None when it has none."""
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                                                       "vocab.json", "spiece.model", "tokenizer.model")):
+        return None
+    transformers = _transformers()
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError, OSError, TypeError) as e:
+        raise ModelFileError(
+            f"'{folder}' has tokenizer files, but transformers could not load them: "
+            f"{str(e).strip().splitlines()[0]}. Fix or remove the tokenizer files."
+        ) from e
+    return list(tokenizer(["aotc"], return_tensors="pt").keys())
 
 
 def _max_positions(config) -> int:
@@ -150,8 +184,10 @@ def _max_positions(config) -> int:
     return 512
 
 
-def example_inputs(config, modality: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Keyword example inputs for the task and their dynamic shapes (batch and sequence from 1)."""
+def example_inputs(config, modality: str, text_inputs: tuple[str, ...] = ("input_ids", "attention_mask"),
+                   ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Keyword example inputs for the task and their dynamic shapes (batch and sequence from
+    1); a text model takes `text_inputs`, in that order."""
     import torch
     from torch.export import Dim
 
@@ -165,11 +201,19 @@ def example_inputs(config, modality: str) -> tuple[dict[str, torch.Tensor], dict
     vocab = getattr(config, "vocab_size", None) or 100
     sequence = Dim("sequence", min=1, max=_max_positions(config))
     shape = (EXAMPLE_BATCH, EXAMPLE_SEQUENCE)
-    kwargs = {
-        "input_ids": torch.randint(0, vocab, shape, generator=g),
-        "attention_mask": torch.ones(shape, dtype=torch.long),
+    values = {
+        "input_ids": lambda: torch.randint(0, vocab, shape, generator=g),
+        "attention_mask": lambda: torch.ones(shape, dtype=torch.long),
+        "token_type_ids": lambda: torch.zeros(shape, dtype=torch.long),
     }
-    dynamic = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
+    unknown = [n for n in text_inputs if n not in values]
+    if unknown:
+        raise ModelFileError(
+            f"the folder's tokenizer returns {', '.join(unknown)}, for which aotc cannot make example "
+            f"inputs (it makes {', '.join(values)}). Export from a model file with your own example_inputs()."
+        )
+    kwargs = {name: values[name]() for name in text_inputs}
+    dynamic = {name: {0: batch, 1: sequence} for name in text_inputs}
     if modality == "seq2seq":
         kwargs["decoder_input_ids"] = torch.randint(0, vocab, (EXAMPLE_BATCH, EXAMPLE_SEQUENCE // 2), generator=g)
         dynamic["decoder_input_ids"] = {0: batch, 1: Dim("target", min=1, max=_max_positions(config))}

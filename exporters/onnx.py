@@ -97,19 +97,17 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
     from aotc.bundle import load_exported_program
     from aotc.graph_inputs import example_graph_inputs
     from aotc.extras import require
+    from aotc.randomness import random_ops
 
     for module in ("onnx", "onnxscript", "onnxruntime"):
         require(module, "onnx", "Exporting to ONNX")
 
     program = load_exported_program(bundle.graph_path(kind))
-    random_ops = sorted({
-        str(n.target) for n in program.graph.nodes
-        if isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
-    })
-    if random_ops:
+    drawn = random_ops(program.graph)
+    if drawn:
         # onnxruntime draws its own random numbers; comparing one run could match by chance
         raise AotcError(
-            f"The {kind} graph draws random numbers ({', '.join(random_ops)}); onnxruntime would draw "
+            f"The {kind} graph draws random numbers ({', '.join(drawn)}); onnxruntime would draw "
             "others, so its results would not be eager's. Use the fx or aoti backend for this graph "
             "(they replay torch's random stream), or make the model deterministic (e.g. eval-mode dropout)."
         )

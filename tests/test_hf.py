@@ -66,8 +66,9 @@ def test_inference_matches_eager_at_every_size(hf_bundles, name):
         with torch.no_grad():
             want = model(**inputs)
             got = loaded(**inputs)
-        # a ModelOutput comes back as a dict with the same keys, caches as [keys, values] per layer
-        assert list(got) == list(want.keys())
+        # a ModelOutput comes back with the same keys in the same order, caches with keys and values per layer
+        assert list(got) == list(want.keys()) and type(got).__name__ == "ModelOutput"
+        assert got.type_name == type(want).__name__
         _close(got, plain_outputs(want), f"{name} batch {b} seq {s}")
 
 
@@ -90,10 +91,11 @@ def test_encoder_decoder_cache_is_self_and_cross_attention(hf_bundles):
     inputs = case.inputs(2, 6)
     with torch.no_grad():
         cache = model(**inputs).past_key_values
-        got = aotc.load(path)(**inputs)["past_key_values"]
-    assert set(got) == {"self_attention", "cross_attention"}
-    torch.testing.assert_close(got["cross_attention"][1][0], cache.cross_attention_cache.layers[1].keys)
-    torch.testing.assert_close(got["self_attention"][0][1], cache.self_attention_cache.layers[0].values)
+        got = aotc.load(path)(**inputs).past_key_values
+    # the eager cache's own access paths
+    assert len(got) == len(cache) and got.get_seq_length() == cache.get_seq_length()
+    torch.testing.assert_close(got.cross_attention_cache.layers[1].keys, cache.cross_attention_cache.layers[1].keys)
+    torch.testing.assert_close(got.self_attention_cache.layers[0].values, cache.self_attention_cache.layers[0].values)
 
 
 @pytest.mark.slow

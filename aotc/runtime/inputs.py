@@ -219,3 +219,49 @@ def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torc
         flat.append(StrideGuard.of(meta.shape, meta.stride, static=not meta.dynamic_dims).fit(t.to(device)))
     groups = next((p.aliased_inputs for p in metadata.programs.values() if p.aliased_inputs), [])
     return pytree.tree_unflatten(realias(flat, groups), in_spec)
+
+
+@dataclass(frozen=True)
+class CallStructure:
+    """How the exported call was made: positional count and keywords in capture order.
+
+    A caller may pass keywords in any order (`**tokenizer(...)` puts token_type_ids before
+    attention_mask); pytree's dict spec records one order, so a call is rearranged to it
+    before flattening. A keyword the bundle does not take, or one it misses, is a named
+    error listing what it takes.
+    """
+
+    positional: int | None  # None: not an (args, kwargs) spec (then nothing is rearranged)
+    keywords: tuple[str, ...]
+
+    @staticmethod
+    def of(in_spec) -> "CallStructure":
+        children = in_spec.children() if in_spec.type is tuple and in_spec.num_children == 2 else None
+        if children is None or children[0].type is not tuple or children[1].type is not dict:
+            return CallStructure(None, ())
+        keywords = tuple(children[1].context)
+        if not all(isinstance(k, str) for k in keywords):
+            return CallStructure(None, ())
+        return CallStructure(children[0].num_children, keywords)
+
+    def arrange(self, args: tuple, kwargs: dict) -> dict:
+        """`kwargs` in capture order; raises InputError naming a keyword that differs (a
+        difference in positional inputs is left to the caller's structure error)."""
+        if self.positional is None:
+            return kwargs
+        parts = [f"{self.positional} positional input(s)"] if self.positional else []
+        parts += [f"keywords {', '.join(self.keywords)}"] if self.keywords else []
+        takes = " and ".join(parts) or "no inputs"
+        unknown = [k for k in kwargs if k not in self.keywords]
+        missing = [k for k in self.keywords if k not in kwargs]
+        if unknown:
+            raise InputError(
+                f"keyword input(s) {', '.join(repr(k) for k in unknown)} are not inputs of this bundle; it takes "
+                f"{takes}. Leave them out, or re-export with them among the example inputs."
+            )
+        if missing:
+            raise InputError(
+                f"keyword input(s) {', '.join(repr(k) for k in missing)} are missing; the bundle was exported with "
+                f"{takes}, and its graph needs every one."
+            )
+        return {k: kwargs[k] for k in self.keywords}

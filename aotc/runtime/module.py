@@ -21,7 +21,7 @@ from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
 from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.epilogue import Epilogue
 from aotc.runtime.fast_path import MISS, FastPath, layouts_checkable
-from aotc.runtime.inputs import build_checks, build_guard
+from aotc.runtime.inputs import CallStructure, build_checks, build_guard
 from aotc.runtime.state import populate, slot_getter
 from aotc.runtime.subclasses import SubclassLayer
 from aotc.schema import GraphSignature, ProgramMeta
@@ -166,6 +166,7 @@ class LoadedModule(nn.Module):
         if self._subclasses is not None:
             self._subclasses.bind({fqn: slot_getter(self, fqn) for fqn in self._subclasses.state})
         self._in_spec = pytree.treespec_loads(sig.in_spec)
+        self._keywords = CallStructure.of(self._in_spec)
         # Fast path: forward(*tensors) with no kwargs needs no pytree flattening.
         plain = pytree.tree_flatten((tuple(range(len(sig.user_inputs))), {}))[1]
         self._plain_arity = len(sig.user_inputs) if plain == self._in_spec else -1
@@ -256,13 +257,16 @@ class LoadedModule(nn.Module):
 
     def _flatten(self, args: tuple, kwargs: dict) -> list:
         if self._subclasses is not None:
-            flat = self._subclasses.dense_inputs(args, kwargs)
+            flat = self._subclasses.dense_inputs(args, self._keywords.arrange(args, kwargs) if kwargs else kwargs)
         elif not kwargs and len(args) == self._plain_arity:
             flat = args
         else:
             flat, spec = pytree.tree_flatten((args, kwargs))
             if spec != self._in_spec:
-                self._structure_error(flat, args, kwargs)
+                kwargs = self._keywords.arrange(args, kwargs)  # keywords in another order, or a named error
+                flat, spec = pytree.tree_flatten((args, kwargs))
+                if spec != self._in_spec:
+                    self._structure_error(flat, args, kwargs)
         sizes: dict = {}
         for check, value in zip(self._checks, flat):
             check.check(value, self.device, sizes)
