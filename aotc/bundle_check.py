@@ -70,7 +70,8 @@ def check_tensor(t: TensorMeta, w: _Where, file: str, field: str) -> None:
     for dim, d in t.dynamic_dims.items():
         if not dim.isdigit() or int(dim) >= len(t.shape):
             w.fail(file, f"{field}.dynamic_dims", f"{dim!r} is not a dimension of a {len(t.shape)}-d tensor")
-        if d.min < 0 or (d.max is not None and d.max < d.min) or (d.declared_min is not None and d.declared_min < 0):
+        if (d.min < 0 or (d.max is not None and d.max < d.min) or (d.declared_min is not None and d.declared_min < 0)
+                or (d.declared_max is not None and d.declared_max < 0)):
             w.fail(file, f"{field}.dynamic_dims.{dim}", f"range [{d.min}, {d.max}] is not a range of sizes")
     if t.value_range is not None and (len(t.value_range) != 2 or t.value_range[0] > t.value_range[1]):
         w.fail(file, f"{field}.value_range", f"{t.value_range} is not [min, max]")
@@ -144,7 +145,7 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
 def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w: _Where) -> None:
     """Every subclass names its inner tensors among the graphs' inputs, and the caller's
     view (outer specs) adds up to the graphs' flat inputs and outputs."""
-    from aotc._torch_compat import pytree
+    from aotc.outputs import load_spec
     from aotc.subclasses import decode_context, inner_paths
 
     file = "metadata.json"
@@ -186,7 +187,7 @@ def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w
         ("outputs", info.outputs, None, info.out_spec, signature.num_user_outputs),
     ):
         try:
-            spec = pytree.treespec_loads(spec_text)
+            spec = load_spec(spec_text)
         except Exception as e:  # pytree raises whatever its JSON decoding meets
             w.fail(file, f"subclasses.{field}", f"its spec is not a pytree spec ({type(e).__name__})")
         leaves = spec.num_leaves
@@ -202,12 +203,12 @@ def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w
 
 
 def _check_specs(signature: Signature, w: _Where) -> None:
-    from aotc._torch_compat import pytree
+    from aotc.outputs import load_spec
 
     for field, text, count in (("in_spec", signature.in_spec, len(signature.user_inputs)),
                                ("out_spec", signature.out_spec, signature.num_user_outputs)):
         try:
-            spec = pytree.treespec_loads(text)
+            spec = load_spec(text)
         except Exception as e:  # pytree raises whatever its JSON decoding meets
             w.fail("signature.json", field, f"not a pytree spec ({type(e).__name__}: {e})")
         if spec.num_leaves != count:

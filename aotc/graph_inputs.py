@@ -12,10 +12,11 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
     inputs, and for the backward graph real saved activations from running the forward."""
     from aotc._torch_compat import pytree
     from aotc.aliasing import synthetic_base
+    from aotc.outputs import load_spec
     from aotc.runtime.inputs import random_inputs
 
     weights = bundle.weights()
-    in_spec = pytree.treespec_loads(bundle.signature.in_spec)
+    in_spec = load_spec(bundle.signature.in_spec)
     user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0))
     # a graph with static user inputs where the bundle's are dynamic (decode) gets them cut to size
     program = bundle.metadata.programs.get("forward" if kind == "backward" else kind)

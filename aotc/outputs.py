@@ -333,3 +333,9 @@ def plain_outputs(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: plain_outputs(v) for k, v in value.items()}
     return value
+
+
+def load_spec(text: str) -> pytree.TreeSpec:
+    """A pytree spec from a bundle's JSON. Every spec is read through here: this module
+    registers the output containers a spec may name, so importing it is part of reading."""
+    return pytree.treespec_loads(text)

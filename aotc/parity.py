@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.outputs import load_spec
 from aotc.aliasing import realias
 from aotc.bundle import Bundle
 from aotc.errors import AotcError
@@ -174,7 +175,7 @@ def _golden_inputs(bundle: Bundle, golden: Tensors, trusted=()):
     for dup, first in program.duplicate_user_inputs.items():
         flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
     flat = realias(flat, program.aliased_inputs)  # views of one tensor: pass them so again
-    return caller_inputs(bundle, pytree.tree_unflatten(flat, pytree.treespec_loads(bundle.signature.in_spec)), trusted)
+    return caller_inputs(bundle, pytree.tree_unflatten(flat, load_spec(bundle.signature.in_spec)), trusted)
 
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
@@ -266,7 +267,7 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
         model = StaticCacheLM(model.eval(), g.batch_size, g.max_cache_len).eval()
     mode = _mode(bundle)
     names = [u.name for u in bundle.signature.user_inputs]
-    in_spec = pytree.treespec_loads(bundle.signature.in_spec)
+    in_spec = load_spec(bundle.signature.in_spec)
     checks = []
     for sample in range(samples):
         inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),

@@ -164,6 +164,7 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tu
     import aotc
     from aotc._torch_compat import pytree
     from aotc.bundle import Bundle
+    from aotc.outputs import load_spec
     from aotc.runtime.inputs import random_inputs
     from aotc.runtime.subclasses import caller_inputs
 
@@ -182,7 +183,7 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tu
     t0 = time.perf_counter()
     module = aotc.load(bundle, backend=run.backend, device=run.device, mode=mode, trusted_subclasses=trusted)
     load_s = time.perf_counter() - t0
-    in_spec = pytree.treespec_loads(info.signature.in_spec)
+    in_spec = load_spec(info.signature.in_spec)
     names = [u.name for u in info.signature.user_inputs]
     if run.inputs_path:
         args, kwargs = caller_inputs(info, _read_inputs(run.inputs_path, names, in_spec), trusted)

@@ -54,9 +54,38 @@ def _lstm_layer(input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mod
     return (out.flip(seq_dim) if reverse else out), hy, cy, workspace
 
 
-# CPU kernels a bundle graph can hold that torch.onnx cannot translate, each as the ops it
-# was lowered from.
-_UNLOWER = {torch.ops.aten.mkldnn_rnn_layer.default: _lstm_layer}
+def _attention(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """SDPA's CPU kernel as the math it does, rows with every key masked included.
+
+    torch's kernel gives zeros for a query that may attend to no key (a left-padded
+    position, or a padded row of a causal mask); onnxscript's translation takes a plain
+    Softmax of a row of -inf, which is NaN, and the NaN then spreads through the next
+    layer's keys and values to every position. This is torch's own `_safe_softmax` rule:
+    a row that is all -inf attends to nothing. `logsumexp` is computed for real (onnxscript
+    writes zeros for it).
+    """
+    if dropout_p != 0.0:
+        return NotImplemented  # random: refused before export (aotc.randomness)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+    if is_causal:
+        allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    nothing = (scores == float("-inf")).all(dim=-1, keepdim=True)
+    probs = torch.where(nothing, torch.zeros_like(scores), torch.softmax(scores, dim=-1))
+    out = torch.matmul(probs, value)
+    # the kernel lays its output out as (batch, length, heads, dim), and the graph's views rely on it
+    return out.transpose(1, 2).contiguous().transpose(1, 2), torch.logsumexp(scores, dim=-1)
+
+
+# CPU kernels a bundle graph can hold that torch.onnx cannot translate (or translates with
+# other semantics), each as the ops it was lowered from.
+_UNLOWER = {
+    torch.ops.aten.mkldnn_rnn_layer.default: _lstm_layer,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
+}
 
 
 def onnx_ready(program):

@@ -13,6 +13,7 @@ from torch import nn
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
+from aotc.outputs import load_spec
 from aotc.aliasing import StrideGuard, dense_strides, synthetic_base
 from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
@@ -165,12 +166,12 @@ class LoadedModule(nn.Module):
         )
         if self._subclasses is not None:
             self._subclasses.bind({fqn: slot_getter(self, fqn) for fqn in self._subclasses.state})
-        self._in_spec = pytree.treespec_loads(sig.in_spec)
+        self._in_spec = load_spec(sig.in_spec)
         self._keywords = CallStructure.of(self._in_spec)
         # Fast path: forward(*tensors) with no kwargs needs no pytree flattening.
         plain = pytree.tree_flatten((tuple(range(len(sig.user_inputs))), {}))[1]
         self._plain_arity = len(sig.user_inputs) if plain == self._in_spec else -1
-        self._out_spec = pytree.treespec_loads(sig.out_spec)
+        self._out_spec = load_spec(sig.out_spec)
         self._out_is_leaf = self._out_spec.is_leaf()
         n_out = self._out_spec.num_leaves
         self._out_is_tuple = self._out_spec == pytree.tree_flatten(tuple(range(n_out)))[1]

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.outputs import load_spec
 from aotc.errors import InputError
 from aotc.subclasses_schema import Subclasses
 from aotc.subclasses import Rebuilder, inner_names, resolve
@@ -82,8 +83,8 @@ class SubclassLayer:
         self.input_grads = {k: resolve(info.input_grads[str(k)], trusted, f"{where}.input_grads.{k}")
                             if str(k) in info.input_grads else r for k, r in self.inputs.items()}
         self.outputs = {int(k): resolve(m, trusted, f"{where}.outputs.{k}") for k, m in info.outputs.items()}
-        self.in_spec = pytree.treespec_loads(info.in_spec)
-        self.out_spec = pytree.treespec_loads(info.out_spec)
+        self.in_spec = load_spec(info.in_spec)
+        self.out_spec = load_spec(info.out_spec)
         self.input_names = info.input_names
         self._tables: dict[str, tuple[dict, str]] = {}
 
