@@ -175,7 +175,7 @@ def _check_against_graph(path: Path, program, example: list, sig, kind: str, met
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = OnnxGraph(session, [None] * len(sig.outputs))(*example)
+    got = OnnxGraph(session, output_layouts(program))(*example)
     with torch.no_grad():
         expected = program.graph_module(*example)
     wrong = []
@@ -183,6 +183,9 @@ def _check_against_graph(path: Path, program, example: list, sig, kind: str, met
         if a.shape != b.shape or not torch.allclose(a.to(b.dtype), b, rtol=1e-3, atol=1e-4):
             err = (a.double() - b.double()).abs().max().item() if a.shape == b.shape else float("nan")
             wrong.append(f"{slot.name} (max abs error {err:.3g})")
+        elif isinstance(b, torch.Tensor) and b.numel() > 1 and a.stride() != b.stride() and slot.name in _view_bases(sig, meta):
+            wrong.append(f"{slot.name} (laid out with strides {a.stride()}, the graph's are {b.stride()}; "
+                         "outputs that view it would read other elements)")
     if wrong:
         path.unlink()
         raise AotcError(
@@ -200,6 +203,20 @@ def _check_against_graph(path: Path, program, example: list, sig, kind: str, met
             "so writing to one would not show in the other as it does in eager. Use the fx or aoti "
             "backend for this graph."
         )
+
+
+def _view_bases(sig, meta) -> set[str]:
+    """Names of the graph outputs the epilogue rebuilds other outputs as views of."""
+    if meta is None:
+        return set()
+    user = {s.index: s.name for s in sig.outputs if s.role == "user_output"}
+    bases = {s.name for s in sig.outputs if s.role == "intermediate_base"}
+    for o in meta.outputs:
+        if o.output_type == "alias_of_intermediate_base_is_user_output" and o.base_idx in user:
+            bases.add(user[o.base_idx])
+        if o.view_of_output in user:
+            bases.add(user[o.view_of_output])
+    return bases
 
 
 def _sharing_onnx_loses(meta, sig, values: list) -> list[str]:
@@ -223,37 +240,64 @@ def _sharing_onnx_loses(meta, sig, values: list) -> list[str]:
     return []
 
 
+# How to lay out one ONNX output as the graph lays it out: its strides (static shapes), the
+# order of its dims in memory (dynamic shapes, dense), or None (as onnxruntime gives it).
+Layout = tuple[int, ...] | list[int] | None
+
+
 class OnnxGraph:
     """An onnxruntime session as a callable over flat tensors, returning a list.
 
-    ONNX has no strides: outputs whose strides the graph fixes (static shapes) are laid out
-    as the graph would lay them out, so the epilogue rebuilds views exactly as for fx.
+    ONNX has no strides, and onnxruntime returns every output contiguous. Each output is
+    laid out as the graph lays it out (the epilogue rebuilds views from an output's
+    strides, and a transposed output read as contiguous would be other values): static
+    outputs get the graph's strides, dynamic dense ones the graph's order of dims.
     """
 
-    def __init__(self, session, strides: list[tuple[int, ...] | None]):
+    def __init__(self, session, layouts: list[Layout]):
         self._session = session
         self._inputs = [i.name for i in session.get_inputs()]
-        self._strides = strides
+        self._layouts = layouts
 
     def __call__(self, *args):
         feeds = {name: a.detach().contiguous().cpu().numpy() for name, a in zip(self._inputs, args)}
         outs = [torch.from_numpy(o) for o in self._session.run(None, feeds)]
-        for i, stride in enumerate(self._strides):
-            if stride is not None and outs[i].stride() != stride:
-                outs[i] = torch.empty_strided(outs[i].shape, stride, dtype=outs[i].dtype).copy_(outs[i])
+        for i, layout in enumerate(self._layouts):
+            if isinstance(layout, tuple) and outs[i].stride() != layout:
+                outs[i] = torch.empty_strided(outs[i].shape, layout, dtype=outs[i].dtype).copy_(outs[i])
+            elif isinstance(layout, list) and outs[i].dim() == len(layout) and layout != sorted(layout):
+                outs[i] = torch.empty_permuted(outs[i].shape, layout, dtype=outs[i].dtype).copy_(outs[i])
         return outs
 
 
-def _static_strides(bundle, kind: str) -> list[tuple[int, ...] | None]:
-    from aotc.bundle import load_exported_program
+def _dim_order(value: torch.Tensor) -> list[int] | None:
+    """The graph's order of dims in memory for a dynamic output (outermost first), from
+    the strides at the sizes it was traced with; None when it is not a dense layout."""
+    hinted = [s.node.hint if isinstance(s, torch.SymInt) else s for s in value.stride()]
+    sizes = [s.node.hint if isinstance(s, torch.SymInt) else s for s in value.shape]
+    if None in hinted or None in sizes:
+        return None
+    order = sorted(range(len(hinted)), key=lambda d: -hinted[d])
+    expected = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and hinted[d] != expected:
+            return None
+        expected *= sizes[d]
+    return order
 
-    program = load_exported_program(bundle.graph_path(kind))
+
+def output_layouts(program) -> list[Layout]:
+    """The layout of each of `program`'s outputs (see OnnxGraph)."""
     vals = [n.meta.get("val") for n in program.graph.find_nodes(op="output")[0].args[0]]
-    strides = []
+    layouts: list[Layout] = []
     for v in vals:
-        static = isinstance(v, torch.Tensor) and all(isinstance(s, int) for s in (*v.shape, *v.stride()))
-        strides.append(tuple(v.stride()) if static else None)
-    return strides
+        if not isinstance(v, torch.Tensor):
+            layouts.append(None)
+        elif all(isinstance(s, int) for s in (*v.shape, *v.stride())):
+            layouts.append(tuple(v.stride()))
+        else:
+            layouts.append(_dim_order(v))
+    return layouts
 
 
 def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
@@ -278,7 +322,9 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BundleError(f"'{bundle.path / rel}' is not an ONNX model onnxruntime can load "
                           f"({type(e).__name__}: {first}).") from e
-    return OnnxGraph(session, _static_strides(bundle, kind))
+    from aotc.bundle import load_exported_program
+
+    return OnnxGraph(session, output_layouts(load_exported_program(bundle.graph_path(kind))))
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:

@@ -212,6 +212,33 @@ def test_eval_attention_is_not_random_and_exports_to_onnx(tmp_path):
         torch.testing.assert_close(aotc.load(tmp_path / "b", backend="onnx")(x), model(x), rtol=1e-4, atol=1e-5)
 
 
+class Similarity(torch.nn.Module):
+    """CLIP's two logits: one output is the transpose of the other, a view of it in eager."""
+
+    def forward(self, text, image):
+        per_text = text @ image.t()
+        return per_text.t(), per_text
+
+
+def test_onnx_output_laid_out_as_the_graph_lays_it_out(tmp_path):
+    """onnxruntime returns every output contiguous; the transposed one is rebuilt as a view
+    of the other from its strides, so they must be the graph's, at every dynamic size."""
+    pytest.importorskip("onnxruntime", reason="the onnx extra (make test installs it)")
+    from aotc.exporters.onnx import add_to_bundle
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    text, image = torch.randn(3, 4), torch.randn(3, 4)
+    aotc.export(Similarity(), (text, image), tmp_path / "b", dynamic_shapes=({0: batch}, {0: batch}))
+    add_to_bundle(tmp_path / "b")
+    loaded = aotc.load(tmp_path / "b", backend="onnx")
+    for n in (2, 5):
+        text, image = torch.randn(n, 4), torch.randn(n, 4)
+        (got_image, got_text), (want_image, want_text) = loaded(text, image), Similarity()(text, image)
+        torch.testing.assert_close(got_image, want_image, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got_text, want_text, rtol=1e-4, atol=1e-5)
+        assert got_image.stride() == want_image.stride() and got_image.data_ptr() == got_text.data_ptr()
+
+
 def test_training_dropout_is_random(tmp_path):
     from aotc.randomness import random_ops
 
