@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -159,13 +160,15 @@ def inductor_cpp_compiler() -> str:
 
 
 def onnx_unsupported_ops(graph) -> list[str]:
-    """Operators in an FX graph that torch.onnx's op registry cannot translate."""
+    """Operators in an FX graph that torch.onnx's op registry cannot translate (runtime
+    assertions, which the exporter drops before translating, are not among them)."""
     from torch.onnx._internal.exporter._registration import ONNXRegistry
 
     registry = ONNXRegistry.from_torchlib()
     return sorted({
         str(n.target) for n in graph.nodes
         if n.op == "call_function" and isinstance(n.target, OpOverload) and not registry.is_registered(n.target)
+        and not n.target.name().startswith(("aten::_assert", "aten::sym_constrain_range"))
     })
 
 
@@ -227,6 +230,45 @@ def eager_dropout():
         op._dispatch_cache.clear()
 
 
+@contextlib.contextmanager
+def eager_rnn_dropout():
+    """Trace the dropout between the layers of a multi-layer RNN/LSTM/GRU as eager runs it.
+
+    torch's tracing kernel for these (torch._decomp.decompositions._rnn_helper, torch
+    2.13) sets the dropout to 0 by mistake (`num_layers < i - 1` is never true), so a
+    training graph traced with it silently skips the dropout eager applies between layers.
+    Inside this block each layer is traced alone and followed by that dropout, in eager's
+    order (the same RNG draws, on the same sequence-first tensor).
+    """
+    import torch._decomp.decompositions as decompositions
+
+    original = decompositions._rnn_helper
+
+    def rnn_helper(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                   layer_fn):
+        if not (dropout and train and num_layers > 1):
+            return original(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional,
+                            batch_first, layer_fn)
+        per_layer = 2 if bidirectional else 1
+        input = input.transpose(0, 1) if batch_first else input
+        final_hiddens = []
+        for i in range(num_layers):
+            layer = slice(per_layer * i, per_layer * (i + 1))
+            input, finals = original(input, hidden[layer], params[layer], has_biases, 1, 0.0, train, bidirectional,
+                                     False, layer_fn)
+            final_hiddens += finals
+            if i < num_layers - 1:
+                input = torch.dropout(input, dropout, train=True)
+        input = input.transpose(0, 1) if batch_first else input
+        return input, final_hiddens
+
+    decompositions._rnn_helper = rnn_helper
+    try:
+        yield
+    finally:
+        decompositions._rnn_helper = original
+
+
 def global_state_guard():
     """Dynamo's C++ guard on the global state now (grad mode, autocast, default dtype,
     deterministic algorithms, torch-function enablement, threads): `.check()` is one C call."""
@@ -264,3 +306,63 @@ def function_apply(cls) -> Callable:
 
 def functorch_active() -> bool:
     return torch._C._are_functorch_transforms_active()
+
+
+def constraint_violation(error: BaseException) -> str | None:
+    """torch.export's text for a dynamic_shapes declaration its trace could not keep (a
+    UserError of type CONSTRAINT_VIOLATION); None for any other error."""
+    from torch._dynamo.exc import UserError, UserErrorType
+
+    if isinstance(error, UserError) and error.error_type is UserErrorType.CONSTRAINT_VIOLATION:
+        return str(error)
+    return None
+
+
+@contextlib.contextmanager
+def shape_guards():
+    """Record every shape guard torch's tracers add inside this block.
+
+    Yields a list that fills with one `(expr, symbols, where)` per guard: the sympy
+    condition, `{symbol name: (input source names, example value)}` for its free symbols,
+    and `(file, line)` of the innermost frame outside torch, aotc and the standard library
+    that was running when the guard was added (the model's code, or None). torch keeps
+    guards without that frame; it is what tells a user which line of theirs fixed a size.
+    """
+    import sysconfig
+
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    skipped = (
+        os.path.dirname(torch.__file__) + os.sep,
+        os.path.dirname(__file__) + os.sep,  # aotc
+        sysconfig.get_paths()["stdlib"] + os.sep,
+        "<",  # <frozen ...>, <string>
+    )
+    original = ShapeEnv._log_guard
+    sites: list[tuple[Any, dict[str, tuple[list[str], int | None]], tuple[str, int] | None]] = []
+
+    def log_guard(self, prefix, g, forcing_spec):
+        original(self, prefix, g, forcing_spec)
+        if "suppressed" in prefix:
+            return
+        sources: dict[str, list[str]] = {}
+        for name, sym in self.source_to_var.items():
+            sources.setdefault(str(sym), []).append(name)
+        hints = self.backed_var_to_val
+        symbols = {
+            str(s): (sources.get(str(s), []), int(hints[s]) if s in hints else None) for s in g.free_symbols
+        }
+        frame, where = sys._getframe(1), None
+        while frame is not None:
+            if not frame.f_code.co_filename.startswith(skipped):
+                where = (frame.f_code.co_filename, frame.f_lineno)
+                break
+            frame = frame.f_back
+        del frame
+        sites.append((g, symbols, where))
+
+    ShapeEnv._log_guard = log_guard
+    try:
+        yield sites
+    finally:
+        ShapeEnv._log_guard = original

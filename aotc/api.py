@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import platform
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ from aotc.bundle import (
 )
 from aotc._torch_compat import pytree
 from aotc.capture import MODES, Capture, CaptureOptions, capture
-from aotc.errors import AotcError, CaptureError, GraphBreakError
+from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.model_file import FunctionModule, _split_inputs
 from aotc.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 
@@ -94,6 +95,8 @@ def export(
         if e.__cause__ is None or isinstance(e, GraphBreakError):
             raise  # aotc's own refusal, which says what to do
         raise _with_break_report(e, module, args, kwargs) from e.__cause__
+    for line in captured.narrowed:
+        warnings.warn(line, RangeNarrowedWarning, stacklevel=2)
     info = ModelInfo(
         name=name or type(module).__name__.lower(),
         source=source,

@@ -38,6 +38,12 @@ class GraphBreakError(CaptureError):
         return {"error": str(self), "breaks": [to_json(b) for b in self.breaks]}
 
 
+class DynamicShapeError(CaptureError):
+    """A dim declared dynamic that torch.export proved cannot vary over the declared
+    range, and no narrower range around the example's size holds: the code fixes its size
+    (a view to constant sizes), or ties it in a way one graph cannot cover."""
+
+
 class BundleError(AotcError):
     """A bundle on disk is missing a file, corrupted, or from an unknown format."""
 
@@ -86,3 +92,8 @@ class RegionError(AotcError):
 class DistributedError(AotcError):
     """A loaded bundle was asked to train in a way torch.distributed cannot synchronize,
     e.g. a joint bundle's train_step under DDP or FSDP2."""
+
+
+class RangeNarrowedWarning(UserWarning):
+    """A dynamic dim exported over less than was declared: torch.export proved its graph
+    only for the narrower range, which the bundle records (metadata.json keeps both)."""

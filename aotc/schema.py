@@ -190,13 +190,19 @@ class DynamicDim:
 
     `declared_min` is set when the export asked for a smaller minimum than the bundle
     accepts: sizes below `min` were run at export and did not replay as eager did (torch
-    traces dynamic dims assuming sizes of 2 and up, so 0 and 1 are checked, not trusted).
+    traces dynamic dims assuming sizes of 2 and up, so 0 and 1 are checked, not trusted),
+    or torch.export proved the graph only from `min`. `declared_max` likewise, for a
+    larger maximum than torch.export proved. `narrowed_by` is set where torch.export
+    narrowed the range: the guard the declared range broke, and the model line that added
+    it. [min, max] always lies within the declared range.
     """
 
     symbol: str
     min: int
     max: int | None
     declared_min: int | None = None
+    declared_max: int | None = None
+    narrowed_by: str | None = None
 
 
 @dataclass(frozen=True)

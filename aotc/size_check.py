@@ -69,7 +69,7 @@ def check_small_sizes(root: Path, metadata: Metadata, small_sizes: dict[str, int
     user_inputs = []
     for meta in metadata.user_inputs:
         dims = {
-            k: dataclasses.replace(d, min=accepted[d.symbol], declared_min=d.min)
+            k: dataclasses.replace(d, min=accepted[d.symbol], declared_min=d.min if d.declared_min is None else d.declared_min)
             if accepted.get(d.symbol, d.min) > d.min else d
             for k, d in meta.dynamic_dims.items()
         }
@@ -78,12 +78,28 @@ def check_small_sizes(root: Path, metadata: Metadata, small_sizes: dict[str, int
 
 
 def narrowed(metadata: Metadata, names: list[str]) -> list[str]:
-    """One line per dim whose range starts above what was declared."""
-    return [
-        f"input '{name}' dim {k} ({d.symbol}): declared from {d.declared_min}, accepted from {d.min} "
-        f"(size{'s' if d.min - d.declared_min > 1 else ''} {', '.join(map(str, range(d.declared_min, d.min)))} "
-        "did not replay as eager did)"
-        for name, meta in zip(names, metadata.user_inputs)
-        for k, d in meta.dynamic_dims.items()
-        if d.declared_min is not None
-    ]
+    """One line per dim whose range is narrower than what was declared: torch.export
+    proved less (`narrowed_by`), or small sizes did not replay."""
+    lines = []
+    for name, meta in zip(names, metadata.user_inputs):
+        for k, d in meta.dynamic_dims.items():
+            if d.narrowed_by is not None:
+                declared = f"{_lo(d.declared_min, d.min)}..{_hi(d.declared_max, d.max)}"
+                lines.append(f"input '{name}' dim {k} ({d.symbol}): declared {declared}, exported for "
+                             f"{d.min}..{_hi(None, d.max)}: torch.export proved the graph only there ({d.narrowed_by})")
+            elif d.declared_min is not None:
+                lines.append(
+                    f"input '{name}' dim {k} ({d.symbol}): declared from {d.declared_min}, accepted from {d.min} "
+                    f"(size{'s' if d.min - d.declared_min > 1 else ''} {', '.join(map(str, range(d.declared_min, d.min)))} "
+                    "did not replay as eager did)"
+                )
+    return lines
+
+
+def _lo(declared: int | None, accepted: int) -> int:
+    return accepted if declared is None else declared
+
+
+def _hi(declared: int | None, accepted: int | None) -> str:
+    value = accepted if declared is None else declared
+    return "inf" if value is None else str(value)

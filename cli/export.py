@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ from aotc.errors import AotcError
 from aotc.hf import TASKS as HF_TASKS
 
 
-def parse_dynamic(values: tuple[str, ...]) -> dict[str, dict[int, str]]:
+def parse_dynamic(values: tuple[str, ...], flag: str = "--dynamic") -> dict[str, dict[int, str]]:
     """`x:0` -> {"x": {0: "x_dim0"}}: input name, dim index, and a name for the Dim."""
     dims: dict[str, dict[int, str]] = {}
     for value in values:
@@ -21,15 +22,40 @@ def parse_dynamic(values: tuple[str, ...]) -> dict[str, dict[int, str]]:
         if not sep or not name or not dim.isdigit():
             raise click.BadParameter(
                 f"'{value}' is not NAME:DIM (an input name and a dimension index, e.g. x:0).",
-                param_hint="--dynamic",
+                param_hint=flag,
             )
         dims.setdefault(name, {})[int(dim)] = f"{name.replace('.', '_')}_dim{dim}"
     return dims
 
 
-def merge_dynamic(file_spec, cli_dims: dict[str, dict[int, str]]):
+def without_static(spec, static: dict[str, dict[int, str]]):
+    """`spec` (the merged dynamic_shapes) with the dims of --static NAME:DIM static again."""
+    if not static:
+        return spec
+    if not isinstance(spec, dict):
+        found = "no dynamic_shapes is declared" if spec is None else f"dynamic_shapes is a {type(spec).__name__}"
+        raise AotcError(
+            f"--static makes a declared dynamic dim static, but {found}; --static takes dims of a "
+            "dynamic_shapes dict keyed by input name."
+        )
+    spec = dict(spec)
+    for name, dims in static.items():
+        entry = spec.get(name)
+        if isinstance(entry, (list, tuple)):
+            entry = dict(enumerate(entry))
+        if not isinstance(entry, dict) or not set(dims) <= {k for k, v in entry.items() if v is not None}:
+            raise click.BadParameter(
+                f"input '{name}' has no dynamic dim {', '.join(map(str, sorted(dims)))} to make static "
+                f"(dynamic_shapes['{name}'] is {entry!r}).",
+                param_hint="--static",
+            )
+        spec[name] = {k: v for k, v in entry.items() if k not in dims}
+    return spec
+
+
+def merge_dynamic(file_spec, cli_dims: dict[str, dict[int, str]], static: dict[str, dict[int, str]] | None = None):
     if not cli_dims:
-        return file_spec
+        return without_static(file_spec, static or {})
     from torch.export import Dim
 
     if file_spec is not None and not isinstance(file_spec, dict):
@@ -44,7 +70,7 @@ def merge_dynamic(file_spec, cli_dims: dict[str, dict[int, str]]):
             raise AotcError(f"dynamic_shapes['{name}'] in the model file is not a dict of dims; cannot add --dynamic {name}:...")
         for dim, dim_name in dims.items():
             entry[dim] = Dim(dim_name)
-    return merged
+    return without_static(merged, static or {})
 
 
 def graph_options(fn):
@@ -78,6 +104,8 @@ def export_options(fn):
                      help="text-generation folders: sequences generated at once."),
         click.option("--checkpoint", type=click.Path(path_type=Path), help="Weights (.safetensors, or .pt/.bin as weights only)."),
         click.option("--dynamic", multiple=True, metavar="NAME:DIM", help="Mark dim DIM of input NAME dynamic (repeatable)."),
+        click.option("--static", multiple=True, metavar="NAME:DIM",
+                     help="Keep dim DIM of input NAME static though the model file declares it dynamic (repeatable)."),
         click.option(
             "--partitioner", type=click.Choice(["min-cut", "default"]), default="min-cut", show_default=True,
             help="How --autograd splits the joint graph into forward and backward.",
@@ -104,6 +132,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
     o = options
     graphs = mode_from_flags(o.joint, o.autograd)
     cli_dims = parse_dynamic(o.dynamic)
+    static_dims = parse_dynamic(o.static, "--static")
     if o.output is not None:
         from aotc.bundle import check_target, check_writable
 
@@ -134,28 +163,38 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         phases.finish()
         return spec, bundle
     if o.regions:
-        if o.with_onnx or o.joint:
+        if o.joint:
+            raise AotcError(
+                "--regions cannot take --joint: a joint graph is one whole training step, loss included, and a "
+                "regional bundle leaves the model's own Python (and the loss) outside its graphs. Export the regions "
+                "with --autograd (each region's backward runs under the loss's .backward()), or make the model "
+                "capturable whole for --joint (aotc export without --regions lists what breaks it)."
+            )
+        if o.with_onnx:
             raise AotcError("--regions takes inference or --autograd graphs, without --onnx.")
         from aotc.regions import export_regions
 
         phases.start("regions")
         bundle = export_regions(
             spec.module, (spec.args, spec.kwargs), target, regions=o.regions, graphs=graphs,
-            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), train=o.train, force=o.force,
+            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims, static_dims), train=o.train, force=o.force,
             name=spec.name, source=spec.source,
         )
         phases.finish()
         return spec, bundle
     from aotc.api import export
+    from aotc.errors import RangeNarrowedWarning
 
-    bundle = export(
-        spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
-        dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims), partitioner=o.partitioner,
-        train=o.train, force=o.force, name=spec.name, source=spec.source,
-        checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
-        task=spec.task, assets=spec.assets,
-        on_phase=phases.start,
-    )
+    with warnings.catch_warnings():  # the summary says it, in a note per dim
+        warnings.simplefilter("ignore", RangeNarrowedWarning)
+        bundle = export(
+            spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
+            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims, static_dims), partitioner=o.partitioner,
+            train=o.train, force=o.force, name=spec.name, source=spec.source,
+            checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
+            task=spec.task, assets=spec.assets,
+            on_phase=phases.start,
+        )
     if o.with_onnx:
         phases.start("onnx")
         from aotc.formats import BuildOptions, add_artifacts

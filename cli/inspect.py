@@ -17,8 +17,10 @@ def _shape(tensor: dict | None) -> str:
         dyn = tensor["dynamic_dims"].get(str(i))
         if dyn:
             hi = "inf" if dyn["max"] is None else dyn["max"]
-            declared = dyn.get("declared_min")
-            note = f" (declared from {declared})" if declared is not None else ""
+            lo, hi_declared = dyn.get("declared_min"), dyn.get("declared_max")
+            note = f" (declared from {lo})" if lo is not None else ""
+            if hi_declared is not None:
+                note = f" (declared {dyn['min'] if lo is None else lo}..{hi_declared})"
             dims.append(f"{dyn['symbol']}[{dyn['min']}..{hi}]{note}")
         else:
             dims.append(str(size))

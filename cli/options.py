@@ -29,6 +29,7 @@ class ExportOptions:
     batch_size: int = 1
     checkpoint: Path | None = None
     dynamic: tuple[str, ...] = ()
+    static: tuple[str, ...] = ()
     partitioner: str = "min-cut"
     force: bool = False
     with_onnx: bool = False

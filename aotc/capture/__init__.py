@@ -6,7 +6,9 @@ The pipeline, one module per step, all on PyTorch's own machinery::
       -> inputs, dynamic_shapes  flat user inputs: names, checks, aliasing; the user's
                                  dynamic_shapes rewritten for Program
       -> program                 Program: the model, followed by its loss for training
-      -> trace                   torch.export(strict=False) of the Program, then AOTAutograd
+      -> trace, ranges           torch.export(strict=False) of the Program, within the
+                                 dynamic ranges it proves (narrowed, or refused with the
+                                 line that fixed a size), then AOTAutograd
                                  (aot_export_joint_with_descriptors; for "autograd" the
                                  chosen partitioner splits the joint graph)
       -> slots, metadata         descriptors -> named Slots; ViewAndMutationMeta ->

@@ -17,7 +17,7 @@ from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.capture import eager_check
-from aotc.capture.dynamic_shapes import declared_ranges
+from aotc.capture.dynamic_shapes import declared_ranges, with_narrowings
 from aotc.capture.finish import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
 from aotc.capture import subclasses
 from aotc.capture.inputs import check_tensors, duplicate_positions, flat_user_names, value_range
@@ -31,6 +31,7 @@ from aotc.capture.metadata import (
     traced_min,
 )
 from aotc.capture.program import Program
+from aotc.capture.ranges import describe as describe_narrowing
 from aotc.capture.slots import Names, input_name, state_aliases
 from aotc.capture.trace import aot_capture, export_program, first_line
 from aotc.capture.types import MODES, Capture, CaptureOptions
@@ -181,11 +182,13 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
             f"inputs {', '.join(ctx.user_names[i] for i in aliased[0])} share memory; aotc captures such "
             "inputs with static shapes only. Drop dynamic_shapes, or pass separate tensors."
         )
+    # names of the inputs torch.export takes (with tensor subclasses, the outer ones)
+    arg_names = flat_user_names(ctx.model, c_args, c_kwargs)[0]
     try:
         # torch.export makes each input a tensor of its own; AOTAutograd keeps their aliasing
-        ep = None
+        ep, narrowings = None, []
         if use_export and not aliased:
-            ep = export_program(program, c_args, c_kwargs, ctx.options.dynamic_shapes)
+            ep, narrowings = export_program(program, c_args, c_kwargs, ctx.options.dynamic_shapes, arg_names)
     except CaptureError:
         raise
     except Exception as e:
@@ -299,6 +302,8 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         dataclasses.replace(tensor_meta(t, f, declared), value_range=value_range(t))
         for t, f in zip(ctx.flat_user, fake_user)
     ]
+    if narrowings and plan is None:  # places index the inputs torch.export took: here, the flat user inputs
+        user_input_meta = with_narrowings(user_input_meta, narrowings)
     traced = {k: v for f in fake_user for k, v in traced_min(f).items()}
     small_sizes = {s: traced[s] for s, (lo, _) in declared.items() if s in traced and lo < traced[s]}
     meta_key = {"autograd": "forward", "inference": ctx.options.graph_name}.get(ctx.options.mode, ctx.options.mode)
@@ -315,6 +320,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         partitioner=ctx.options.partitioner if ctx.options.mode == "autograd" else None,
         state_aliases=names.aliases,
         small_sizes=small_sizes,
+        narrowed=[describe_narrowing(n, arg_names) for n in narrowings],
         subclasses=None if plan is None else plan.schema(),
         non_persistent_buffers=[
             f"{prefix}.{name}" if prefix else name

@@ -3,19 +3,23 @@
 Users write dynamic_shapes against their model's forward, as torch.export documents it.
 aotc traces `Program` (the model, maybe followed by its loss) with keyword inputs passed
 positionally, so the spec is rewritten for that call; and the range of each dim is the
-one torch.export reports (the declared one), not the one its trace assumed (sizes >= 2).
+one torch.export reports (the declared one, or the narrower one it proved: see ranges),
+not the one its trace assumed (sizes >= 2).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
 from torch.export import ExportedProgram
 
 from aotc.capture.metadata import finite_int
+from aotc.capture.ranges import Narrowing
 from aotc.errors import CaptureError
 from aotc.model_file import FunctionModule, forward_arg_names
+from aotc.schema import TensorMeta
 
 
 def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
@@ -81,8 +85,29 @@ def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
 
 
 def declared_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:
+    """The range torch.export reports per symbol, and per size expression of a derived
+    dim (`2*s0`) as it appears in input shapes."""
     return {
         str(sym): (finite_int(vr.lower) or 0, finite_int(vr.upper))
         for sym, vr in ep.range_constraints.items()
-        if getattr(sym, "is_symbol", False)
+        if getattr(sym, "free_symbols", None)
     }
+
+
+def with_narrowings(metas: list[TensorMeta], narrowings: list[Narrowing]) -> list[TensorMeta]:
+    """`metas` (one per flat user input) with the declared range and the reason kept on
+    every dim torch.export narrowed; the range itself is already the one it proved."""
+    metas = list(metas)
+    for n in narrowings:
+        for index, dim in n.places:
+            d = metas[index].dynamic_dims.get(str(dim))
+            if d is None:
+                continue
+            d = dataclasses.replace(
+                d,
+                declared_min=n.declared_min if d.min > n.declared_min else None,
+                declared_max=n.declared_max if d.max is not None and (n.declared_max is None or d.max < n.declared_max) else None,
+                narrowed_by=n.reason,
+            )
+            metas[index] = dataclasses.replace(metas[index], dynamic_dims={**metas[index].dynamic_dims, str(dim): d})
+    return metas

@@ -16,6 +16,7 @@ from aotc._torch_compat import pytree
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.metadata import check_scalar_loss, graph_placeholders
 from aotc.capture.program import Program
+from aotc.capture.ranges import Narrowing, export_within_ranges
 from aotc.capture.subclasses import SubclassPlan, desugar, with_outer_requires_grad
 from aotc.capture.types import CaptureOptions
 from aotc.errors import CaptureError
@@ -26,15 +27,21 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def export_program(program: Program, args, kwargs, dynamic_shapes) -> ExportedProgram:
+def export_program(program: Program, args, kwargs, dynamic_shapes, names: list[str]) -> tuple[ExportedProgram, list[Narrowing]]:
     """torch.export of `program`, with keyword inputs passed positionally (see Program);
-    the result's module takes `(*args, *kwargs.values())`."""
+    the result's module takes `(*args, *kwargs.values())`. Where torch.export proves a
+    declared range does not hold, it is exported within the one that does (see ranges),
+    and the narrowings come back with the program; `names` are the flat inputs' names."""
     spec = user_dynamic_shapes(program.model, args, kwargs, dynamic_shapes)
-    flat_spec = None if spec is None else {"args": (*spec["args"], *spec["kwargs"].values())}
     positional = Program(program.model, program.loss, keywords=tuple(kwargs))
-    return torch.export.export(
-        positional, (*args, *kwargs.values()), dynamic_shapes=flat_spec, strict=False
-    )
+    inputs = (*args, *kwargs.values())
+
+    def export(flat_spec):
+        with tc.eager_rnn_dropout():
+            return torch.export.export(positional, inputs, dynamic_shapes=flat_spec, strict=False)
+
+    spec_args = None if spec is None else (*spec["args"], *spec["kwargs"].values())
+    return export_within_ranges(export, spec_args, inputs, names, type(program.model).__name__)
 
 
 def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_plan: SubclassPlan | None = None):
@@ -47,6 +54,7 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
     grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
     with contextlib.ExitStack() as stack, grad_ctx:
         stack.enter_context(tc.eager_dropout())
+        stack.enter_context(tc.eager_rnn_dropout())
         try:
             try:
                 jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)

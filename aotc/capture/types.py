@@ -52,5 +52,7 @@ class Capture:
     # symbol -> the smallest size the trace assumed, where the user declared a smaller one;
     # the exporter runs the sizes in between against eager before it accepts them
     small_sizes: dict[str, int] = field(default_factory=dict)
+    # one line per declared dim torch.export proved a narrower range for (capture.ranges)
+    narrowed: list[str] = field(default_factory=list)
     # where the eager model had tensor subclasses (None: it had none)
     subclasses: Subclasses | None = None
