@@ -20,11 +20,20 @@ demo: install
 	$(VENV)/bin/aotc export sample_models/mlp.py --joint -o bundles/mlp-joint --force
 	$(VENV)/bin/aotc inspect bundles/mlp-joint
 
-# the report tests open pages in a real browser: Debian's chromium, driven through chromedriver
+# The report tests open pages in a real browser: Debian's chromium, driven through chromedriver.
+# The conformance matrix (tests/test_conformance.py) runs in a second pytest process beside the
+# rest: both are mostly single-threaded tracing and compiling, so on 2 cores they take about
+# the wall time of the longer one. Its log is printed when both are done; either failing fails.
 test: install
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
-	$(PY) -m pytest -q
+	@mkdir -p build
+	@$(PY) -m pytest -q tests/test_conformance.py > build/conformance.log 2>&1 & matrix=$$!; \
+	$(PY) -m pytest -q --ignore=tests/test_conformance.py; main=$$?; \
+	wait $$matrix; conformance=$$?; \
+	echo "== the conformance matrix (tests/test_conformance.py), run beside the rest =="; \
+	cat build/conformance.log; \
+	test $$main -eq 0 && test $$conformance -eq 0
 
 # Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.
 N ?= 10000

@@ -75,9 +75,10 @@ def _attention(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=N
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
     nothing = (scores == float("-inf")).all(dim=-1, keepdim=True)
     probs = torch.where(nothing, torch.zeros_like(scores), torch.softmax(scores, dim=-1))
-    out = torch.matmul(probs, value)
-    # the kernel lays its output out as (batch, length, heads, dim), and the graph's views rely on it
-    return out.transpose(1, 2).contiguous().transpose(1, 2), torch.logsumexp(scores, dim=-1)
+    # the kernel lays its output out as the query is laid out (torch's meta function:
+    # empty_like(query)), and the graph's views of it rely on that
+    out = torch.ops.aten.copy.default(torch.empty_like(query), torch.matmul(probs, value))
+    return out, torch.logsumexp(scores, dim=-1)
 
 
 # CPU kernels a bundle graph can hold that torch.onnx cannot translate (or translates with

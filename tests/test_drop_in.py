@@ -239,6 +239,25 @@ def test_onnx_output_laid_out_as_the_graph_lays_it_out(tmp_path):
         assert got_image.stride() == want_image.stride() and got_image.data_ptr() == got_text.data_ptr()
 
 
+def test_transformer_encoder_exports_to_onnx(tmp_path):
+    """nn.TransformerEncoder's attention runs sequence-first: the exported kernel's output
+    is laid out as its query, which the graph's next view relies on."""
+    pytest.importorskip("onnxruntime", reason="the onnx extra (make test installs it)")
+    from aotc.exporters.onnx import add_to_bundle
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    b, s = torch.export.Dim("b", min=1, max=8), torch.export.Dim("s", min=1, max=32)
+    aotc.export(model, (torch.randn(2, 5, 16),), tmp_path / "b", dynamic_shapes={"src": {0: b, 1: s}})
+    add_to_bundle(tmp_path / "b")
+    loaded = aotc.load(tmp_path / "b", backend="onnx")
+    for n, length in [(2, 5), (3, 7), (1, 1)]:
+        x = torch.randn(n, length, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
+
+
 def test_training_dropout_is_random(tmp_path):
     from aotc.randomness import random_ops
 
