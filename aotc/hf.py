@@ -145,18 +145,14 @@ def load_folder(folder: str | Path, task: str | None = None) -> FolderModel:
 def _text_inputs(folder: Path, module, modality: str) -> tuple[str, ...]:
     """The text inputs the folder's own preprocessing gives, so `model(**tokenizer(...))`
     runs unchanged on the bundle: what the folder's tokenizer returns, among the inputs
-    forward takes. Without a tokenizer: input_ids and attention_mask, and token_type_ids
-    where the config has more than one token type (BERT-style tokenizers return them)."""
+    forward takes. Without a tokenizer, input_ids and attention_mask (what every text
+    tokenizer returns; token_type_ids stay at the model's default)."""
     import inspect
 
     if modality not in ("text", "seq2seq"):
         return ()
     accepted = set(inspect.signature(module.forward).parameters)
-    produced = _tokenizer_outputs(folder)
-    if produced is None:
-        produced = ["input_ids", "attention_mask"]
-        if (getattr(module.config, "type_vocab_size", 0) or 0) > 1:
-            produced.append("token_type_ids")
+    produced = _tokenizer_outputs(folder) or ["input_ids", "attention_mask"]
     return tuple(n for n in produced if n in accepted)
 
 

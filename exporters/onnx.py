@@ -54,39 +54,39 @@ def _lstm_layer(input, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, batch_sizes, mod
     return (out.flip(seq_dim) if reverse else out), hy, cy, workspace
 
 
-def _attention(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    """SDPA's CPU kernel as the math it does, rows with every key masked included.
+def _attention(query, key, value, dropout_p: float = 0.0, is_causal: bool = False, attn_mask=None, scale=None):
+    """ONNX for SDPA's CPU kernel that keeps torch's rule for a query that may attend to no key.
 
-    torch's kernel gives zeros for a query that may attend to no key (a left-padded
-    position, or a padded row of a causal mask); onnxscript's translation takes a plain
-    Softmax of a row of -inf, which is NaN, and the NaN then spreads through the next
-    layer's keys and values to every position. This is torch's own `_safe_softmax` rule:
-    a row that is all -inf attends to nothing. `logsumexp` is computed for real (onnxscript
-    writes zeros for it).
+    torch gives zeros for such a row (a left-padded position, a padded row under a causal
+    mask); onnxscript's own translation takes Softmax of a row of -inf, which is NaN, and
+    the NaN then spreads through the next layer's keys and values to every position. This
+    is onnxscript's translation with those rows set to zero, as torch's `_safe_softmax`
+    does. (A translation, not a decomposition: re-tracing the graph to decompose one op
+    took as long as the whole export.)
     """
-    if dropout_p != 0.0:
-        return NotImplemented  # random: refused before export (aotc.randomness)
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    scores = torch.matmul(query, key.transpose(-2, -1)) * scale
-    if is_causal:
-        allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
-    nothing = (scores == float("-inf")).all(dim=-1, keepdim=True)
-    probs = torch.where(nothing, torch.zeros_like(scores), torch.softmax(scores, dim=-1))
-    # the kernel lays its output out as the query is laid out (torch's meta function:
-    # empty_like(query)), and the graph's views of it rely on that
-    out = torch.ops.aten.copy.default(torch.empty_like(query), torch.matmul(probs, value))
-    return out, torch.logsumexp(scores, dim=-1)
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops.nn import aten__scaled_dot_product_flash_attention_for_cpu
+
+    result, logsumexp = aten__scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask, scale=scale
+    )
+    if attn_mask is None:
+        return result, logsumexp  # causal alone always lets a query see the first key
+    allowed = attn_mask if attn_mask.dtype == ir.DataType.BOOL else op.Greater(
+        attn_mask, op.CastLike(op.Constant(value_float=float("-inf")), attn_mask))
+    sees_a_key = op.ReduceMax(op.Cast(allowed, to=ir.DataType.FLOAT), op.Constant(value_ints=[-1]), keepdims=1)
+    zero = op.CastLike(op.Constant(value_float=0.0), result)
+    return op.Where(op.Greater(sees_a_key, op.Constant(value_float=0.0)), result, zero), logsumexp
 
 
-# CPU kernels a bundle graph can hold that torch.onnx cannot translate (or translates with
-# other semantics), each as the ops it was lowered from.
-_UNLOWER = {
-    torch.ops.aten.mkldnn_rnn_layer.default: _lstm_layer,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
-}
+# translations of torch.onnx's to replace, by op
+_TRANSLATIONS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention}
+
+
+# CPU kernels a bundle graph can hold that torch.onnx cannot translate, each as the ops it
+# was lowered from.
+_UNLOWER = {torch.ops.aten.mkldnn_rnn_layer.default: _lstm_layer}
 
 
 def onnx_ready(program):
@@ -155,7 +155,7 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
             for_onnx = onnx_ready(program)
             exported = torch.onnx.export(
                 for_onnx, tuple(example), dynamo=True, opset_version=opset, input_names=inputs,
-                output_names=outputs, verbose=False, report=False,
+                output_names=outputs, verbose=False, report=False, custom_translation_table=_TRANSLATIONS,
             )
     except Exception as e:
         unsupported = tc.onnx_unsupported_ops(for_onnx.graph)
