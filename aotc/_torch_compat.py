@@ -304,6 +304,11 @@ def function_apply(cls) -> Callable:
     return super(torch.autograd.Function, cls).apply
 
 
+def is_custom_function_node(node) -> bool:
+    """An autograd graph node made by a Python torch.autograd.Function's apply."""
+    return isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
 def functorch_active() -> bool:
     return torch._C._are_functorch_transforms_active()
 

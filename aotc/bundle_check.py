@@ -264,6 +264,8 @@ def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_i
                  "alias_of_intermediate_base_is_user_output": count}.get(o.output_type)
         if limit is None and o.output_type.startswith("alias_of_intermediate"):
             limit = bases
+        if o.output_type == "custom_function_view" and o.base_idx is not None:
+            limit = len(meta.inputs)  # the input it views in eager, when it views one
         if limit is not None and not _index_ok(o.base_idx, limit):
             w.fail(file, f"{where}.base_idx", f"{o.base_idx} is not a valid base for {o.output_type}")
         for field, value in (("same_as_output", o.same_as_output), ("view_of_output", o.view_of_output)):

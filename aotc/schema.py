@@ -139,11 +139,17 @@ class Slot:
 
 @dataclass(frozen=True)
 class BackwardSignature:
-    """Which graph output is the gradient of which parameter or user input."""
+    """Which graph output is the gradient of which parameter or user input.
+
+    `reached_from` (forward+backward bundles): per gradient output, the tangent inputs
+    whose gradient reaches it in eager's autograd graph; when none of them gets a
+    gradient, eager leaves that `.grad` None, and so does the runtime.
+    """
 
     gradients_to_parameters: dict[str, str]
     gradients_to_user_inputs: dict[str, str]
     loss_output: str | None = None
+    reached_from: dict[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -261,7 +267,8 @@ class InputMeta:
 class OutputMeta:
     """One user output. Mirrors AOTAutograd's OutputAliasInfo.
 
-    `base_idx` indexes program inputs for alias_of_input/is_input, intermediate bases for
+    `base_idx` indexes program inputs for alias_of_input/is_input (and for a
+    custom_function_view that views an input in eager), intermediate bases for
     alias_of_intermediate*, user outputs for alias_of_intermediate_base_is_user_output;
     `base` names it for people. `view_replay` lists the view ops from base to output;
     `view_offset` is the output's storage offset relative to its base (None if symbolic),
@@ -319,6 +326,9 @@ class ProgramMeta:
     as that very object, where the graph saw only a view of a synthetic base.
     `inputs_set_requires_grad` are user inputs that forward switches to requires_grad=True
     (the runtime does that before the graph runs, as the graph was traced that way).
+    `outputs_with_history` (inference graphs): user outputs eager gives a grad_fn under
+    grad mode with its parameters requiring grad; called so, the runtime gives them one
+    whose backward refuses with a named error, since the bundle holds no backward graph.
     """
 
     inputs: list[InputMeta]
@@ -329,6 +339,7 @@ class ProgramMeta:
     aliased_inputs: list[AliasGroup] = field(default_factory=list)
     outputs_same_as_inputs: dict[str, int] = field(default_factory=dict)
     inputs_set_requires_grad: list[int] = field(default_factory=list)
+    outputs_with_history: list[int] | None = None
 
 
 @dataclass(frozen=True)

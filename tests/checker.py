@@ -68,17 +68,21 @@ class Observation:
         storages = [_storage_of(t).clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         return cls(outputs, inputs, leaves, module, grad_mode, storages)
 
-    def backward(self, seed: int) -> None:
-        """Backward through every output that requires grad and every input whose value the
-        call left differentiable (mutated under grad), with random gradients."""
-        g = torch.Generator().manual_seed(seed)
-        tensors, grads = [], []
+    def roots(self, which: str = "all") -> list[torch.Tensor]:
+        """What a caller may differentiate: "all" is every output that requires grad and
+        every input whose value the call left differentiable (mutated under grad);
+        "outputs" the outputs alone; "first" the first of all."""
         outputs = [t for t in self.outputs if isinstance(t, torch.Tensor) and t.requires_grad]
         inputs = [t for t in self.inputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        for t in [*outputs, *inputs]:
-            tensors.append(t)
-            grads.append(torch.randn(t.shape, generator=g, dtype=t.dtype))
+        chosen = {"all": [*outputs, *inputs], "outputs": outputs, "first": [*outputs, *inputs][:1]}
+        return chosen[which]
+
+    def backward(self, seed: int, which: str = "all") -> None:
+        """Backward through `roots(which)`, with random gradients."""
+        g = torch.Generator().manual_seed(seed)
+        tensors = self.roots(which)
         assert tensors, "a training case must leave an output or input that requires grad"
+        grads = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in tensors]
         torch.autograd.backward(tensors, grads)
 
 

@@ -1,7 +1,8 @@
 """Programs ported from PyTorch's own AOTAutograd tests (test/functorch/test_aotdispatch.py,
 `TestAOTAutograd`, `TestAOTExport` and `test_preserve_random`): input mutations, outputs that
 alias inputs or intermediates, duplicated and aliased inputs, set_(), requires_grad changes,
-buffer mutations, batch norm and random ops.
+custom autograd.Functions (whose own backward must be kept), buffer mutations, batch norm
+and random ops.
 
 These are aotc's own small programs, written after the upstream ones: each keeps the ops,
 which input is mutated, what is returned, the input shapes/strides/aliasing and the
@@ -34,6 +35,7 @@ _RG = partial(Case, family="requires_grad")
 _BUF = partial(Case, family="buffer")
 _BN = partial(Case, family="batch_norm")
 _RAND = partial(Case, family="random")
+_CF = partial(Case, family="custom_function")
 
 # ---------------------------------------------------------------------------------------
 # input builders (all values come from the generator, so every call builds equal inputs)
@@ -247,6 +249,15 @@ INPUT_MUTATION = [
         inputs=_plain((3, 4)),
         buffers={"buffer1": torch.ones(3, 4)},
     ),
+    # test_input_mutation_requires_grad_detach, run on the leaf itself (test_mutation=False):
+    # eager may change a leaf that requires grad only behind autograd's back
+    _IM("mutate_detached_leaf", lambda m, a: (a.detach().mul_(2), a + 3)[1], inputs=_leaves((4,)), train=True),
+    # the same through .data
+    _IM("mutate_data_of_leaf", lambda m, a: (a.data.mul_(2), a + 3)[1], inputs=_leaves((4,)), train=True),
+    # test_input_mutation_requires_grad_no_grad on the leaf itself
+    _IM("mutate_leaf_under_no_grad", _no_grad_mutation, inputs=_leaves((4,)), train=True),
+    # test_input_mutation_hidden_from_autograd_aliasing on the leaf itself
+    _IM("mutate_view_of_leaf_under_no_grad", _hidden_alias_mutation, inputs=_leaves((4,)), train=True),
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -715,6 +726,112 @@ def _enable_grad_region(m, x):
         return (x.cos() + y.sin(),)
 
 
+# ---------------------------------------------------------------------------------------
+# custom_function: torch.autograd.Functions, whose own backward must be the one replayed
+
+
+class _HalfGrad(torch.autograd.Function):
+    """Returns its input; its backward halves the gradient (not the identity's)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, gx):
+        return gx * 0.5
+
+
+class _HalfGradView(torch.autograd.Function):
+    """Returns a flat view of its input; backward halves the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 0.5).view(2, 2)
+
+
+class _HalfGradCopy(torch.autograd.Function):
+    """Returns a copy; backward halves the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0.5
+
+
+class _TransposeOfSecond(torch.autograd.Function):
+    """Returns a transposed view of its second input; backward scales each input's gradient."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        return y.t()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.t() * 2, g.t() * 3
+
+
+class _ProductAndArgmax(torch.autograd.Function):
+    """Two outputs, one non-differentiable; gives x no gradient at all."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        index = x.argmax(-1)
+        ctx.mark_non_differentiable(index)
+        return x * y, index
+
+    @staticmethod
+    def backward(ctx, g, g_index):
+        return None, g * 0.5
+
+
+class _DoubleInPlace(torch.autograd.Function):
+    """Doubles its input in place (mark_dirty); backward triples the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+CUSTOM_FUNCTION = [
+    # test_input_output_aliase_custom_autograd_function
+    _CF("custom_function_halves_grad_of_input", lambda m, x: _HalfGrad.apply(x), inputs=_leaves((2, 2)), train=True),
+    # the same on an input computed from a leaf (test_mutation=True)
+    _CF("custom_function_returns_derived_input", lambda m, x: _HalfGrad.apply(x), inputs=_derived((2, 2)), train=True),
+    _CF("custom_function_returns_view_of_input", lambda m, x: _HalfGradView.apply(x), inputs=_leaves((2, 2)), train=True),
+    _CF("custom_function_output_used_again", lambda m, x: _HalfGrad.apply(x) * x, inputs=_leaves((2, 2)), train=True),
+    _CF("custom_function_of_intermediate", lambda m, x: _HalfGrad.apply(x * 2) + 1, inputs=_leaves((2, 2)), train=True),
+    _CF("custom_function_copy", lambda m, x: _HalfGradCopy.apply(x), inputs=_leaves((2, 2)), train=True),
+    _CF(
+        "custom_function_view_of_second_input",
+        lambda m, x, y: (_TransposeOfSecond.apply(x, y), x + 1),
+        inputs=_leaves((2, 3), (2, 3)),
+        train=True,
+    ),
+    _CF(
+        "custom_function_no_gradient_for_an_input",
+        lambda m, x, y: _ProductAndArgmax.apply(x, y),
+        inputs=_leaves((2, 3), (2, 3)),
+        train=True,
+    ),
+    _CF("custom_function_in_place", lambda m, x: _DoubleInPlace.apply(x) + 1, inputs=_derived((2, 2)), train=True),
+    _CF("custom_function_in_place_on_intermediate", lambda m, x: _DoubleInPlace.apply(x * 1) + 1,
+        inputs=_leaves((2, 2)), train=True),
+]
+
 REQUIRES_GRAD = [
     # test_new_inp_requires_grad_now
     _RG("add_grad_leaf_into_plain_input", lambda m, x, y: x.add_(y), inputs=_plain_and_grad_leaf, train=True),
@@ -940,6 +1057,7 @@ CASES = [
     *SYNTHETIC_BASE,
     *SET_,
     *REQUIRES_GRAD,
+    *CUSTOM_FUNCTION,
     *BUFFER,
     *BATCH_NORM,
     *RANDOM,

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import aotc
+from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
 from checker import Observation, compare, compare_grads
 from conftest import AOTI_CORPUS, backend_fixture
@@ -123,6 +124,13 @@ def test_eval_matches_eager(request, corpus_bundles, name, backend):
             expected = _observe(case, eager, eager)
             actual = _observe(case, loaded, loaded)
             compare(actual, expected, f"{name} (call {call})", TOL[backend])
+    args, kwargs, _ = case.make_call()
+    if not any(t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
+        # under grad mode, as serving code that forgets no_grad calls it: outputs have
+        # history exactly where eager's do (a backward that refuses, see test_gradients.py)
+        expected = _observe(case, eager, eager)
+        actual = _observe(case, loaded, loaded)
+        compare(actual, expected, f"{name} (under grad mode)", TOL[backend])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -143,6 +151,17 @@ def test_train_matches_eager(request, corpus_bundles, name, backend):
     expected.backward(seed=3)
     actual.backward(seed=3)
     compare_grads(actual, expected, name, tol)
+    # A caller may differentiate some of what the call returned: eager leaves .grad None
+    # for every leaf those do not reach, and so must the bundle (see compare_grads).
+    for which in ("outputs", "first"):
+        for module in (eager, loaded):
+            module.zero_grad(set_to_none=True)
+        expected = _observe(case, eager, eager)
+        actual = _observe(case, loaded, loaded)
+        if 0 < len(expected.roots(which)) < len(expected.roots()):
+            expected.backward(seed=3, which=which)
+            actual.backward(seed=3, which=which)
+            compare_grads(actual, expected, f"{name} (backward from {which})", tol)
 
 
 def test_corpus_size():

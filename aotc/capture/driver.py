@@ -18,6 +18,7 @@ from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.capture import eager_check
 from aotc.capture.dynamic_shapes import declared_ranges, with_narrowings
+from aotc.capture.grad_paths import reached_from
 from aotc.capture.finish import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
 from aotc.capture import subclasses
 from aotc.capture.inputs import check_tensors, duplicate_positions, flat_user_names, value_range
@@ -182,6 +183,16 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
             f"inputs {', '.join(ctx.user_names[i] for i in aliased[0])} share memory; aotc captures such "
             "inputs with static shapes only. Drop dynamic_shapes, or pass separate tensors."
         )
+    custom = ctx.eager.grad_paths.custom_functions if ctx.eager.grad_paths is not None else ()
+    if use_export and custom and not aliased:
+        if ctx.options.dynamic_shapes is not None:
+            raise CaptureError(
+                f"{type(ctx.model).__name__} calls custom autograd.Functions ({', '.join(custom)}): torch.export "
+                "would trace their forward and drop their backward, and AOTAutograd alone, which keeps it, "
+                "captures static shapes only. Drop dynamic_shapes, or export an inference graph."
+            )
+        # torch.export inlines a custom Function's forward: its own backward would be lost
+        raise _Disagreement([f"custom autograd.Functions {', '.join(custom)} lose their backward in torch.export"])
     # names of the inputs torch.export takes (with tensor subclasses, the outer ones)
     arg_names = flat_user_names(ctx.model, c_args, c_kwargs)[0]
     try:
@@ -273,10 +284,18 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         user_out_values = user_outputs(graphs["forward"], fw_values)
         graphs["backward"] = capture_backward(bw, graphs["forward"], fw_values, names)
 
+    views = eager_views(ctx.eager, primal_slots, aliased)
     program_meta = build_program_meta(
         jgm, fw_metadata, primal_slots, real_primals, fake_primals, user_out_values, ctx.duplicates,
-        eager_views=eager_views(ctx.eager, primal_slots, aliased),
+        eager_views=views,
     )
+    program_meta = eager_check.custom_function_views(program_meta, ctx.eager, views)
+    program_meta = eager_check.hidden_leaf_mutations(program_meta, ctx.eager, ctx.user_names)
+    if "backward" in graphs:
+        tangents = {s.target for s in graphs["backward"].signature.inputs if s.role == "tangent"}
+        program_meta, problems = eager_check.differentiable_mutations(program_meta, ctx.eager, ctx.user_names, tangents)
+        if problems:
+            raise _Disagreement(problems)
     if aliased:
         base_inputs = {s.index for s in primal_slots if s.role == "synthetic_base"}
         program_meta = dataclasses.replace(
@@ -288,6 +307,9 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         )
     program_meta = dataclasses.replace(program_meta, inputs_set_requires_grad=list(ctx.eager.requires_grad_set))
     program_meta = eager_check.eager_output_requires_grad(program_meta, ctx.eager, ctx.user_names)
+    if ctx.options.mode == "inference" and plan is None:
+        history = eager_check.outputs_with_history(ctx.program(), ctx.flat_user, ctx.in_spec)
+        program_meta = dataclasses.replace(program_meta, outputs_with_history=history)
     problems = eager_check.disagreements(
         program_meta, ctx.eager, ctx.user_names, ctx.duplicates, differentiable=ctx.options.mode != "inference"
     )
@@ -295,6 +317,12 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         raise _Disagreement(problems)
     if program_meta.grad_enabled_mutation is None and grad_mode_after is not None:
         program_meta = dataclasses.replace(program_meta, grad_enabled_mutation=grad_mode_after)
+    if "backward" in graphs and ctx.eager.grad_paths is not None and plan is None:
+        bw = graphs["backward"]
+        reached = reached_from(ctx.eager.grad_paths, graphs["forward"].signature, bw.signature, program_meta,
+                               ctx.user_names, names.state)
+        signature = dataclasses.replace(bw.signature, backward=dataclasses.replace(bw.signature.backward, reached_from=reached))
+        graphs["backward"] = dataclasses.replace(bw, signature=signature)
 
     # The ranges the user declared (torch.export reports them; its trace assumed sizes >= 2)
     declared = declared_ranges(ep) if ep is not None else {}

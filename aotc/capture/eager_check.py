@@ -20,6 +20,7 @@ import torch
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.aliasing import clone_like, geometry
+from aotc.capture.grad_paths import GradPaths, target_nodes, walk
 from aotc.errors import CaptureError
 from aotc.schema import ProgramMeta
 
@@ -33,8 +34,16 @@ class EagerCall:
     requires_grad_set: tuple[int, ...]  # inputs that forward switched to requires_grad=True
     same_as_inputs: dict[int, int]  # output index -> the input it is
     shares_with_inputs: dict[int, frozenset[int]]  # output index -> inputs whose memory it views
+    view_offsets: dict[int, int]  # output index -> its storage offset less its first such input's
     output_requires_grad: dict[int, bool]
     input_requires_grad: tuple[bool | None, ...]  # before the call
+    # leaves that require grad the call changed in place: only behind autograd's back
+    # (.detach(), .data, no_grad) can eager do that
+    leaves_mutated: frozenset[int] = frozenset()
+    # inputs the call changed in place where autograd saw it (they have a new grad_fn)
+    visible_mutations: frozenset[int] = frozenset()
+    # which inputs each output's gradient reaches (training calls only)
+    grad_paths: GradPaths | None = None
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -51,17 +60,21 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
     values = [t.detach().clone() if isinstance(t, torch.Tensor) else None for t in inputs]
     layouts = [geometry(t) if isinstance(t, torch.Tensor) else None for t in inputs]
     flags = [t.requires_grad if isinstance(t, torch.Tensor) else None for t in inputs]
+    grad_fns = [t.grad_fn if isinstance(t, torch.Tensor) else None for t in inputs]
     args, kwargs = pytree.tree_unflatten(inputs, in_spec)
+    program = copy.deepcopy(program)
+    params = dict(program.named_parameters())
+    leaves, nodes = target_nodes(inputs, params)
     try:
         with torch.set_grad_enabled(training):
-            outputs = pytree.tree_leaves(copy.deepcopy(program)(*args, **kwargs))
+            outputs = pytree.tree_leaves(program(*args, **kwargs))
     except Exception as e:
         raise CaptureError(
             f"{type(program).__name__} failed when run eagerly on copies of its example inputs: "
             f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         ) from e
     tensors = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
-    same, shares = {}, {}
+    same, shares, offsets = {}, {}, {}
     for k, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor):
             continue
@@ -72,18 +85,46 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
         viewed = frozenset(i for i, t in tensors if t.untyped_storage().data_ptr() == ptr)
         if viewed:
             shares[k] = viewed
+            offsets[k] = out.storage_offset() - inputs[min(viewed)].storage_offset()
+    data_mutated = frozenset(
+        i for i, t in tensors if geometry(t) == layouts[i] and not _same_values(t.detach(), values[i])
+    )
+    paths = None
+    if training:
+        roots = {("output", k): o for k, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad}
+        roots |= {("input", i): t for i, t in tensors if t.grad_fn is not None and t.grad_fn is not grad_fns[i]}
+        paths = walk(roots, leaves, nodes, tuple(params))
     return EagerCall(
-        data_mutated=frozenset(
-            i for i, t in tensors if geometry(t) == layouts[i] and not _same_values(t.detach(), values[i])
-        ),
+        data_mutated=data_mutated,
         metadata_mutated=tuple(i for i, t in tensors if geometry(t) != layouts[i]),
         # requires_grad_() leaves a leaf; an in-place op with a tensor that requires grad does not
         requires_grad_set=tuple(i for i, t in tensors if t.requires_grad and t.is_leaf and not flags[i]),
         same_as_inputs=same,
         shares_with_inputs=shares,
+        view_offsets=offsets,
         output_requires_grad={k: out.requires_grad for k, out in enumerate(outputs) if isinstance(out, torch.Tensor)},
         input_requires_grad=tuple(flags),
+        leaves_mutated=frozenset(i for i in data_mutated if flags[i] and grad_fns[i] is None),
+        visible_mutations=frozenset(i for i, t in tensors if grad_fns[i] is not None and t.grad_fn is not grad_fns[i]),
+        grad_paths=paths,
     )
+
+
+def outputs_with_history(program: torch.nn.Module, flat_user: list, in_spec) -> list[int] | None:
+    """For an inference capture (traced without grad): the user outputs eager gives a
+    grad_fn when called under grad mode with every floating-point parameter requiring
+    grad. None when eager cannot run so (the runtime then assumes every float output)."""
+    model = copy.deepcopy(program)
+    for p in model.parameters():
+        if p.is_floating_point() or p.is_complex():
+            p.requires_grad_(True)
+    args, kwargs = pytree.tree_unflatten(clone_like(flat_user), in_spec)
+    try:
+        with torch.enable_grad():
+            outputs = pytree.tree_leaves(model(*args, **kwargs))
+    except Exception:  # eager raises under grad mode where no_grad runs (in-place on a leaf)
+        return None
+    return [k for k, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.grad_fn is not None]
 
 
 def disagreements(meta: ProgramMeta, eager: EagerCall, user_names: list[str], duplicates: dict[int, int],
@@ -107,7 +148,9 @@ def disagreements(meta: ProgramMeta, eager: EagerCall, user_names: list[str], du
     for out in meta.outputs:
         if out.index in same_recorded:
             continue
-        aliases = out.output_type in ("alias_of_input", "is_input")
+        aliases = out.output_type in ("alias_of_input", "is_input") or (
+            out.output_type == "custom_function_view" and out.base_idx is not None
+        )
         if out.index in eager.shares_with_inputs and not aliases and not on_base & eager.shares_with_inputs[out.index]:
             names = ", ".join(f"'{user_names[i]}'" for i in sorted(eager.shares_with_inputs[out.index]))
             problems.append(f"output {out.index} shares memory with input {names} in eager; the graph returns a copy")
@@ -119,6 +162,53 @@ def disagreements(meta: ProgramMeta, eager: EagerCall, user_names: list[str], du
                 "itself); an inference graph cannot give it a gradient: export forward+backward graphs (--autograd)"
             )
     return problems
+
+
+def hidden_leaf_mutations(meta: ProgramMeta, eager: EagerCall, user_names: list[str]) -> ProgramMeta:
+    """A leaf that requires grad and that eager changed in place was changed behind
+    autograd (`a.detach().mul_(2)`, `a.data`), which AOTAutograd does not always flag: so
+    flagged, the runtime writes it back without history, as eager did."""
+    changed = {user_names[i] for i in eager.leaves_mutated}
+    inputs = [
+        dataclasses.replace(info, mutations_hidden_from_autograd=True)
+        if info.kind == "user_input" and info.name in changed and info.mutates_data else info
+        for info in meta.inputs
+    ]
+    return dataclasses.replace(meta, inputs=inputs)
+
+
+def differentiable_mutations(meta: ProgramMeta, eager: EagerCall, user_names: list[str],
+                             tangents: set[str]) -> tuple[ProgramMeta, list[str]]:
+    """A custom Function's forward runs under no_grad, so AOTAutograd takes the input it
+    changes in place (`ctx.mark_dirty`) as changed without grad; eager's autograd sees the
+    change. Flag such a mutation differentiable, where the backward graph takes a gradient
+    for it (`tangents`: names of the mutated-input outputs it does); else a problem."""
+    changed = {user_names[i] for i in eager.visible_mutations}
+    inputs, problems = [], []
+    for info in meta.inputs:
+        if info.kind == "user_input" and info.name in changed and info.mutates_data and (
+            info.mutations_hidden_from_autograd or info.mutations_under_no_grad_or_inference_mode
+        ):
+            if f"mutated:{info.name}" not in tangents:
+                problems.append(f"eager changes input '{info.name}' in place under autograd; the graph does so without grad")
+            info = dataclasses.replace(info, mutations_hidden_from_autograd=False,
+                                       mutations_under_no_grad_or_inference_mode=False)
+        inputs.append(info)
+    return dataclasses.replace(meta, inputs=inputs), problems
+
+
+def custom_function_views(meta: ProgramMeta, eager: EagerCall, views: dict[int, int]) -> ProgramMeta:
+    """Outputs of custom autograd.Functions that view one user input in eager (`views`:
+    output -> graph input position) get that input as their base: the runtime returns
+    them from its autograd.Function as views of it, so the Function's backward is kept."""
+    outputs = []
+    for out in meta.outputs:
+        if out.output_type == "custom_function_view" and out.index in views and out.index in eager.view_offsets:
+            base_idx = views[out.index]
+            out = dataclasses.replace(out, base_idx=base_idx, base=meta.inputs[base_idx].name,
+                                      view_offset=eager.view_offsets[out.index])
+        outputs.append(out)
+    return dataclasses.replace(meta, outputs=outputs)
 
 
 def eager_output_requires_grad(meta: ProgramMeta, eager: EagerCall, user_names: list[str]) -> ProgramMeta:

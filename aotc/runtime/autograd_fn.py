@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aotc.schema import GraphSignature
+from aotc.schema import GraphSignature, ProgramMeta
 
 Graph = Callable[..., tuple]
 
@@ -32,10 +32,16 @@ class TrainingGraphs:
     # forward inputs the epilogue mutates in place: an activation saved from one of them
     # must be a copy, or the mutation would invalidate it for backward
     mutated_primals: frozenset[int] = frozenset()
+    # per backward output: the tangents (by position) whose gradient reaches it in eager;
+    # with none of them given a gradient, eager's .grad stays None (None: always computed)
+    reached_from: list[frozenset[int] | None] | None = None
+    # forward output position -> (primal, offset, size, stride): outputs of custom
+    # autograd.Functions that view that input in eager, returned as such views
+    input_views: dict[int, tuple] | None = None
 
     @classmethod
     def build(cls, forward: Graph, backward: Graph, fw: GraphSignature, bw: GraphSignature,
-              mutated_primals: frozenset[int] = frozenset()) -> "TrainingGraphs":
+              mutated_primals: frozenset[int] = frozenset(), meta: ProgramMeta | None = None) -> "TrainingGraphs":
         fw_out = [s.name for s in fw.outputs]
         num_visible = sum(1 for s in fw.outputs if s.role != "saved")
         tangent_outputs = []
@@ -48,7 +54,21 @@ class TrainingGraphs:
                 tangent_outputs.append(fw_out.index(slot.target))
         primal_names = [s.name for s in fw.inputs]
         grad_targets = [primal_names.index(s.name.removeprefix("grad:")) for s in bw.outputs]
-        return cls(forward, backward, num_visible, tangent_outputs, backward_inputs, grad_targets, mutated_primals)
+        reached = bw.backward.reached_from if bw.backward is not None else None
+        reached_from = None
+        if reached is not None:
+            tangent = {s.name: k for k, s in enumerate(s for s in bw.inputs if s.role == "tangent")}
+            reached_from = [
+                frozenset(tangent[t] for t in reached[s.name]) if s.name in reached else None for s in bw.outputs
+            ]
+        user = {s.index: i for i, s in enumerate(fw.outputs) if s.role == "user_output"}
+        input_views = {
+            user[o.index]: (o.base_idx, o.view_offset, tuple(o.tensor.shape), tuple(o.tensor.stride))
+            for o in (meta.outputs if meta is not None else [])
+            if o.output_type == "custom_function_view" and o.base_idx is not None
+        }
+        return cls(forward, backward, num_visible, tangent_outputs, backward_inputs, grad_targets, mutated_primals,
+                   reached_from, input_views or None)
 
 
 class GraphFunction(torch.autograd.Function):
@@ -61,6 +81,12 @@ class GraphFunction(torch.autograd.Function):
     def forward(ctx, graphs: TrainingGraphs, stash: list, *primals):
         outs = graphs.forward(*primals)
         visible, saved = outs[: graphs.num_visible], outs[graphs.num_visible :]
+        if graphs.input_views:
+            # as eager's Function did: a view of the input, whose grad_fn is this Function's
+            visible = list(visible)
+            for position, (primal, offset, size, stride) in graphs.input_views.items():
+                base = primals[primal]
+                visible[position] = base.detach().as_strided(size, stride, base.storage_offset() + offset)
         tensors = [i for i, v in enumerate(saved) if isinstance(v, torch.Tensor)]
         if graphs.mutated_primals:
             # a tensor in a mutated primal's storage has its data pointer inside that storage
@@ -79,6 +105,7 @@ class GraphFunction(torch.autograd.Function):
         others = {i: v for i, v in enumerate(saved) if not isinstance(v, torch.Tensor)}
         ctx.saved_layout = (len(saved), tensors, others)
         ctx.graphs = graphs
+        ctx.set_materialize_grads(False)  # an output given no gradient arrives as None (see backward)
         ctx.tangent_meta = [(visible[p].shape, visible[p].dtype, visible[p].device) for p in graphs.tangent_outputs]
         ctx.num_primals = len(primals)
         returned = tuple(visible[p] for p in graphs.tangent_outputs)
@@ -115,6 +142,44 @@ class GraphFunction(torch.autograd.Function):
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise GraphRunError(f"the backward graph failed at run time: {type(e).__name__}: {first}") from e
         result: list = [None] * ctx.num_primals
-        for target, g in zip(graphs.grad_targets, outs):
-            result[target] = g
+        given = {k for k, g in enumerate(grads) if g is not None}
+        reached = graphs.reached_from or [None] * len(outs)
+        for target, g, sources in zip(graphs.grad_targets, outs, reached):
+            result[target] = g if sources is None or sources & given else None
         return (None, None, *result)
+
+
+class _NoBackward(torch.autograd.Function):
+    """Gives outputs of an inference graph a grad_fn, as eager's had, whose backward
+    refuses: the bundle holds no backward graph to differentiate them with."""
+
+    @staticmethod
+    def forward(ctx, message: str, anchor: torch.Tensor, *outputs):
+        ctx.message = message
+        return tuple(o.detach() for o in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        from aotc.errors import ModeError
+
+        raise ModeError(ctx.message)
+
+
+def with_refusing_history(results: list, positions: list[int] | None, anchor: torch.Tensor, bundle: str) -> list:
+    """`results` with the outputs at `positions` (None: every float output) requiring grad
+    through _NoBackward, where eager's would have had history."""
+    if positions is None:
+        positions = [i for i, r in enumerate(results) if isinstance(r, torch.Tensor) and r.is_floating_point()]
+    positions = [i for i in positions if isinstance(results[i], torch.Tensor) and not results[i].requires_grad]
+    if not positions:
+        return results
+    message = (
+        f"'{bundle}' holds an inference graph and no backward graph, so its outputs cannot be "
+        "differentiated (eager's could: the parameters require grad and grad mode was on). Export "
+        "forward+backward graphs (aotc export --autograd) and load with mode='train' to train through "
+        "it; for serving, call it under torch.no_grad() or torch.inference_mode()."
+    )
+    unique = list({id(results[i]): results[i] for i in positions}.values())  # the same tensor twice stays one
+    with torch.enable_grad():  # forward may have switched grad off on its way out, after eager's outputs had history
+        wrapped = dict(zip(map(id, unique), _NoBackward.apply(message, anchor, *unique)))
+    return [wrapped.get(id(r), r) if i in positions else r for i, r in enumerate(results)]

@@ -18,7 +18,7 @@ from aotc.aliasing import StrideGuard, dense_strides, synthetic_base
 from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
 from aotc.errors import AotcError, GraphRunError, InputError, ModeError
-from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs
+from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs, with_refusing_history
 from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.epilogue import Epilogue
 from aotc.runtime.fast_path import MISS, FastPath, layouts_checkable
@@ -78,6 +78,9 @@ class Program:
             if slot.role == "user_input" and not info.requires_grad
         ]
         self.set_requires_grad = meta.inputs_set_requires_grad
+        # an inference graph called under grad mode: the outputs eager gives history
+        self.inference = kind in ("inference", "prefill", "decode")
+        self.with_history = meta.outputs_with_history
         self._state = [(table, name) for src, table, name in self.sources if src == "state"]
         self._user = [table for src, table, _ in self.sources if src == "user"]
         # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
@@ -189,12 +192,15 @@ class LoadedModule(nn.Module):
         if "backward" in graphs:
             mutated = frozenset(m.primal for m in self._programs["forward"].epilogue.mutations)
             self._training_graphs = TrainingGraphs.build(
-                graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated
+                graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated,
+                meta.programs["forward"],
             )
         self.generation = bundle.manifest.generation  # set for prefill/decode bundles
         self._fast = self._fast_path(graphs.get("inference"), sig.graphs.get("inference"))
         if self._fast is not None and self._ambient_accepts():
             self._fast.accept_current_state()
+            with torch.no_grad():  # how a served model is called
+                self._fast.accept_current_state()
         self.train(mode == "train")
 
     def _ambient_accepts(self) -> bool:
@@ -247,6 +253,7 @@ class LoadedModule(nn.Module):
         # when no hook, per module or global, would have run
         fast = self._fast
         if (fast is not None and not kwargs and not self.training and not self._forward_hooks
+                and not (torch.is_grad_enabled() and self._anchor() is not None)
                 and not self._forward_pre_hooks and not self._backward_hooks and not self._backward_pre_hooks
                 and not _global_hooks()):
             out = fast(args)
@@ -355,6 +362,12 @@ class LoadedModule(nn.Module):
         elif grad:
             with torch.no_grad():
                 outs = program.graph(*primals)
+            anchor = self._anchor() if program.inference else None
+            if anchor is not None:
+                results = with_refusing_history(
+                    program.epilogue.apply(primals, list(outs), flat), program.with_history, anchor, self.bundle_path
+                )
+                return self._unflatten(results)
         else:
             outs = program.graph(*primals)
         epilogue = program.epilogue
@@ -363,6 +376,10 @@ class LoadedModule(nn.Module):
                 return outs[epilogue.outputs[0].output]
             return pytree.tree_unflatten([outs[p.output] for p in epilogue.outputs], self._out_spec)
         return self._unflatten(epilogue.apply(primals, list(outs), flat))
+
+    def _anchor(self) -> torch.Tensor | None:
+        """A parameter that requires grad, if any: eager's outputs would then have history."""
+        return next((p for p in self.parameters() if p.requires_grad), None)
 
     def _run_autograd(self, program: Program, primals: list) -> list:
         graphs = self._training_graphs

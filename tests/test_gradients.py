@@ -1,0 +1,124 @@
+"""Gradients as eager gives them, or a named refusal: never a silent difference.
+
+The corpus (test_runtime_semantics.py) checks forward+backward bundles program by program,
+None-ness of every gradient included. Here: inference bundles called under grad mode, joint
+bundles' `.grad` (values and None-ness, custom autograd.Functions on the way), and what
+capture refuses up front rather than at call.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import aotc
+from aotc.errors import CaptureError, ModeError
+from conftest import backend_fixture, fresh_sample
+
+BACKENDS = ["fx", pytest.param("aoti", marks=pytest.mark.slow)]
+
+
+class _HalfGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0.5
+
+
+class HeadAndSpare(nn.Module):
+    """A custom Function on the way to the loss, and a parameter the loss never reaches."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(6, 4)
+        self.spare = nn.Linear(6, 4)  # eager leaves its .grad None
+
+    def forward(self, x):
+        return _HalfGrad.apply(self.body(x)).relu()
+
+
+def _loss(out, x):
+    return out.square().mean()
+
+
+class DetachedTwin(nn.Module):
+    """Two outputs of one layer, the second detached: only the first has history in eager."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(5, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return h, h.detach() * 2, h.argmax(-1)
+
+
+@pytest.fixture(scope="module")
+def joint_bundle(tmp_path_factory):
+    torch.manual_seed(0)
+    x = torch.randn(3, 6)
+    return aotc.export(HeadAndSpare(), ((x,), {}), tmp_path_factory.mktemp("grads") / "joint",
+                       graphs=("joint",), loss=_loss).path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_joint_step_keeps_custom_backward_and_none_grads(request, joint_bundle, backend):
+    if backend == "aoti":
+        request.getfixturevalue("compiled")
+        aotc.compile(joint_bundle)
+    torch.manual_seed(0)
+    eager = HeadAndSpare()
+    step = aotc.load(joint_bundle, backend=backend, mode="train")
+    step.load_state_dict(eager.state_dict())
+    tol = dict(rtol=1e-5, atol=1e-6) if backend == "fx" else dict(rtol=1e-4, atol=1e-5)
+    for _ in range(2):  # .grad accumulates over steps, as in eager
+        x = torch.randn(3, 6)
+        expected = _loss(eager(x), x)
+        expected.backward()
+        loss = step.train_step(x)
+        torch.testing.assert_close(loss, expected.detach(), **tol)
+    for name, p in eager.named_parameters():
+        q = step.get_parameter(name)
+        assert (q.grad is None) == (p.grad is None), f"{name}: .grad {q.grad} vs eager's {p.grad}"
+        if p.grad is not None:  # halved by the Function's own backward, as in eager
+            torch.testing.assert_close(q.grad, p.grad, **tol)
+    assert step.spare.weight.grad is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inference_bundle_under_grad_mode_refuses_backward(request, sample_bundles, backend):
+    backend_fixture(request, backend)
+    loaded = aotc.load(sample_bundles[("mlp", "inference")][0], backend=backend)
+    eager = fresh_sample("mlp").module.eval()
+    x = torch.randn(4, 16)
+    out, expected = loaded(x), eager(x)
+    assert out.requires_grad and expected.requires_grad  # history, as eager's output has
+    torch.testing.assert_close(out.detach(), expected.detach(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ModeError, match=r"no backward graph.*aotc export --autograd.*torch.no_grad"):
+        out.sum().backward()
+    assert all(p.grad is None for p in loaded.parameters())
+    with torch.no_grad():
+        assert not loaded(x).requires_grad
+    loaded.requires_grad_(False)  # frozen, as eager's would then be: no history at all
+    eager.requires_grad_(False)
+    assert loaded(x).requires_grad == eager(x).requires_grad == False  # noqa: E712
+
+
+def test_only_outputs_with_history_in_eager_get_it(tmp_path):
+    torch.manual_seed(0)
+    model = DetachedTwin()
+    x = torch.randn(2, 5)
+    loaded = aotc.load(aotc.export(model, ((x,), {}), tmp_path / "b").path)
+    flags = [o.requires_grad for o in loaded(x)]
+    assert flags == [o.requires_grad for o in model(x)] == [True, False, False]
+
+
+def test_custom_function_with_dynamic_shapes_is_refused_at_export(tmp_path):
+    x = torch.randn(3, 6)
+    with pytest.raises(CaptureError, match=r"custom autograd.Functions \(_HalfGrad\).*static shapes only"):
+        aotc.export(HeadAndSpare(), ((x,), {}), tmp_path / "b", graphs=("forward", "backward"),
+                    dynamic_shapes={"x": {0: torch.export.Dim("batch", min=2, max=16)}})
