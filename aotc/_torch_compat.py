@@ -231,18 +231,29 @@ def eager_dropout():
 
 
 @contextlib.contextmanager
-def eager_rnn_dropout():
-    """Trace the dropout between the layers of a multi-layer RNN/LSTM/GRU as eager runs it.
+def eager_rnn():
+    """Trace RNN/LSTM/GRU as eager runs them; two fixes to torch 2.13's tracing kernels
+    (torch._decomp.decompositions):
 
-    torch's tracing kernel for these (torch._decomp.decompositions._rnn_helper, torch
-    2.13) sets the dropout to 0 by mistake (`num_layers < i - 1` is never true), so a
-    training graph traced with it silently skips the dropout eager applies between layers.
-    Inside this block each layer is traced alone and followed by that dropout, in eager's
-    order (the same RNG draws, on the same sequence-first tensor).
+    - `_rnn_helper` sets the dropout between layers to 0 by mistake (`num_layers < i - 1`
+      is never true), so a training graph silently skips the dropout eager applies. Here
+      each layer is traced alone and followed by that dropout, in eager's order (the same
+      RNG draws, on the same sequence-first tensor).
+    - `select_one_layer_lstm_function` takes oneDNN's inference-only LSTM kernel whenever
+      the input does not require grad, even when the weights do: its backward then fails
+      for want of the workspace only training mode keeps. Here that kernel is taken only
+      when nothing needs a gradient.
     """
     import torch._decomp.decompositions as decompositions
 
     original = decompositions._rnn_helper
+    select_lstm = decompositions.select_one_layer_lstm_function
+
+    def select_one_layer_lstm_function(input, hx, params):
+        weights = [p for layer in params for p in layer]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in [input, *hx, *weights]):
+            return decompositions.one_layer_lstm
+        return select_lstm(input, hx, params)
 
     def rnn_helper(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional, batch_first,
                    layer_fn):
@@ -263,10 +274,12 @@ def eager_rnn_dropout():
         return input, final_hiddens
 
     decompositions._rnn_helper = rnn_helper
+    decompositions.select_one_layer_lstm_function = select_one_layer_lstm_function
     try:
         yield
     finally:
         decompositions._rnn_helper = original
+        decompositions.select_one_layer_lstm_function = select_lstm
 
 
 def global_state_guard():

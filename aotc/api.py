@@ -134,7 +134,8 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
                  info: ModelInfo, *, loss=None, force: bool = False, assets: dict[str, Path] | None = None,
                  generation: GenerationInfo | None = None, on_phase: PhaseCallback | None = None) -> Bundle:
     """Write a captured model as a bundle at `out` (atomically), with eager's references
-    for the example inputs, and check the small sizes of its dynamic dims."""
+    for the example inputs; replay it on them (a bundle that does not give eager's results
+    is never written), and check the small sizes of its dynamic dims."""
     if on_phase:
         on_phase("write")
     from aotc import formats
@@ -185,6 +186,12 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             generation=generation,
         )
         writer.write_manifest(manifest)
+        if captured.subclasses is None:  # a subclass bundle loads only with classes the caller trusts
+            if on_phase:
+                on_phase("replay")
+            from aotc.parity import replay_fresh
+
+            replay_fresh(root, type(module).__name__)
         if captured.small_sizes:
             if on_phase:
                 on_phase("sizes")

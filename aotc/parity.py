@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
@@ -176,6 +177,32 @@ def _golden_inputs(bundle: Bundle, golden: Tensors, trusted=()):
         flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
     flat = realias(flat, program.aliased_inputs)  # views of one tensor: pass them so again
     return caller_inputs(bundle, pytree.tree_unflatten(flat, load_spec(bundle.signature.in_spec)), trusted)
+
+
+def replay_fresh(root: Path, model_name: str) -> None:
+    """At export: the bundle just written at `root`, run on fx with the example inputs,
+    gives what eager gave (reference.safetensors: outputs, inputs after the call, and for
+    training graphs every gradient); else CaptureError. What eager runs, a bundle runs
+    too, or it is refused here and not first at a user's call."""
+    from aotc.errors import CaptureError
+
+    bundle = Bundle.open(root)
+    golden = _golden(bundle)
+    try:
+        actual = run_artifact(bundle, "fx", "cpu", _golden_inputs(bundle, golden), golden)
+    except AotcError as e:
+        raise CaptureError(f"the bundle of {model_name} fails when run on the example inputs: {e}") from e
+    failed = [c for c in compare("fx", golden, actual, bundle.manifest.tolerances, None) if not c.passed]
+    if failed:
+        shown = "; ".join(
+            f"{c.name} {c.note}" if c.note else f"{c.name} differs by up to {c.max_abs:.3g}" for c in failed[:4]
+        )
+        raise CaptureError(
+            f"the bundle of {model_name} does not give eager's results on the example inputs: {shown}"
+            f"{f' (and {len(failed) - 4} more)' if len(failed) > 4 else ''}. Eager may run another code path "
+            "than the one torch traced (nn.TransformerEncoder's fast path under no_grad is one); aotc "
+            "refuses to write a bundle that computes something else. Please report this model."
+        )
 
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,

@@ -1,5 +1,7 @@
-"""The dropout between the layers of a multi-layer LSTM is in its training graphs, drawn
-as eager draws it (torch 2.13's tracing kernel drops it; see _torch_compat.eager_rnn_dropout)."""
+"""Recurrent layers' training graphs as eager runs them (two of torch 2.13's tracing kernels
+differ, see _torch_compat.eager_rnn): the dropout between the layers of a multi-layer
+LSTM, drawn as eager draws it; and an LSTM whose input does not require grad, which
+differentiates its weights."""
 
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ class ThreeLayerLSTM(torch.nn.Module):
 def test_lstm_layer_dropout_replays_as_eager(tmp_path):
     model = ThreeLayerLSTM(batch_first=True, bidirectional=False).train()
     # an input that requires grad, as the embedding's output in sample_models/word_lm.py
-    # (with one that does not, the mkldnn LSTM layer's backward gets no workspace)
     x = torch.randn(2, 3, 6, requires_grad=True)
     aotc.export(model, (x,), tmp_path / "b", graphs=("forward", "backward"))
     graph = (tmp_path / "b" / "graphs" / "forward.py").read_text()
@@ -42,6 +43,23 @@ def test_lstm_layer_dropout_replays_as_eager(tmp_path):
     for e, a in zip(expected, actual):
         torch.testing.assert_close(a, e)
     torch.testing.assert_close(x_loaded.grad, x_eager.grad)
+    grads = dict(loaded.named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name].grad, p.grad, msg=lambda m: f"{name}: {m}")
+
+
+def test_lstm_input_without_grad_trains_its_weights(tmp_path):
+    # torch's kernel takes oneDNN's inference LSTM when the input does not require grad,
+    # and its backward then failed at call for want of a workspace
+    torch.manual_seed(0)
+    model = torch.nn.LSTM(4, 5, batch_first=True).train()
+    x = torch.randn(2, 3, 4)
+    aotc.export(model, (x,), tmp_path / "b", graphs=("forward", "backward"))
+    loaded = aotc.load(tmp_path / "b", mode="train")
+    expected, actual = model(x), loaded(x)
+    (expected[0].sum() + expected[1][1].sum()).backward()
+    (actual[0].sum() + actual[1][1].sum()).backward()
+    torch.testing.assert_close(actual[0], expected[0])
     grads = dict(loaded.named_parameters())
     for name, p in model.named_parameters():
         torch.testing.assert_close(grads[name].grad, p.grad, msg=lambda m: f"{name}: {m}")

@@ -37,7 +37,7 @@ def export_program(program: Program, args, kwargs, dynamic_shapes, names: list[s
     inputs = (*args, *kwargs.values())
 
     def export(flat_spec):
-        with tc.eager_rnn_dropout():
+        with tc.eager_rnn():
             return torch.export.export(positional, inputs, dynamic_shapes=flat_spec, strict=False)
 
     spec_args = None if spec is None else (*spec["args"], *spec["kwargs"].values())
@@ -54,7 +54,7 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
     grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
     with contextlib.ExitStack() as stack, grad_ctx:
         stack.enter_context(tc.eager_dropout())
-        stack.enter_context(tc.eager_rnn_dropout())
+        stack.enter_context(tc.eager_rnn())
         try:
             try:
                 jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
