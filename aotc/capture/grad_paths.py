@@ -108,7 +108,7 @@ def reached_from(paths: GradPaths, forward: GraphSignature, backward: GraphSigna
     eager. A tangent whose roots cannot be told (an output the walk did not see) counts as
     reaching every gradient, so the runtime never turns a real gradient into None."""
     by_name = {s.name: s for s in forward.outputs}
-    bases = {}  # intermediate base slot name -> the user outputs that view it
+    bases = {}  # intermediate base index -> the user outputs that view it
     for out in meta.outputs:
         if out.output_type.startswith("alias_of_intermediate") and out.base_idx is not None:
             bases.setdefault(out.base_idx, []).append(out.index)
