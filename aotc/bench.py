@@ -200,6 +200,10 @@ def _raw_step(spec: dict, device):
     if not spec["train"] or "inference" in kinds:
         kind = "inference" if "inference" in kinds else kinds[0]
         run, flat = runner(kind), example_graph_inputs(bundle, kind, device)
+        entry = bundle.manifest.file(formats.get("aoti").artifact_path(kind, device.type))
+        if (entry.build or {}).get("frozen") == "true":  # the weights are in the package: user inputs only
+            flat = [v for s, v in zip(bundle.signature.graphs[kind].inputs, flat)
+                    if s.role not in ("parameter", "buffer", "constant")]
 
         def infer():
             with torch.no_grad():  # as every other variant's inference step: the same harness cost

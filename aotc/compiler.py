@@ -163,18 +163,22 @@ def compile(
     *,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
+    freeze: bool = False,
     on_graph: GraphCallback | None = None,
 ) -> Bundle:
     """Compile every graph of the bundle at `path` for each device; returns the new Bundle
-    (for a regional bundle, each group's bundle, and the new RegionalBundle)."""
+    (for a regional bundle, each group's bundle, and the new RegionalBundle). With
+    `freeze`, inference graphs are compiled with their weights folded in (exporters/aoti.py):
+    faster on CPU convolutions, but the loaded module refuses new weights."""
     from aotc.formats import BuildOptions, add_artifacts
     from aotc.regions import is_regional, update_groups
 
     if is_regional(path):
         return update_groups(path, lambda group: compile(group, devices, cache_dir=cache_dir, use_cache=use_cache,
-                                                            on_graph=on_graph))
+                                                            freeze=freeze, on_graph=on_graph))
 
-    options = BuildOptions(cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), use_cache=use_cache)
+    options = BuildOptions(cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), use_cache=use_cache,
+                           freeze=freeze)
 
     def report(kind: str, device: str, event: str) -> None:  # events: "start", "compiled", "cached"
         if on_graph:

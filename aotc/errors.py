@@ -60,6 +60,10 @@ class ModeError(AotcError):
     """A loaded bundle was asked for something its graphs cannot do (e.g. eval on a training bundle)."""
 
 
+class FrozenWeightsError(AotcError):
+    """New weights for a module whose compiled graph has its weights folded in."""
+
+
 class GraphRunError(AotcError):
     """A loaded bundle's graph failed at run time on inputs that passed the signature
     checks, e.g. a token id past the end of an embedding table."""

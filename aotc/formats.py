@@ -30,11 +30,13 @@ GraphCallback = Callable[[str, str, str], None]
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """What a build may be asked for: an ONNX opset, where compiled results are cached."""
+    """What a build may be asked for: an ONNX opset, where compiled results are cached,
+    whether inference graphs are compiled with their weights folded in (aoti)."""
 
     opset: int | None = None
     cache_dir: Path | None = None
     use_cache: bool = True
+    freeze: bool = False
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,9 @@ def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
         if device == "cuda" and not torch.cuda.is_available():
             skipped.append("aoti/cuda: no CUDA device here")
             continue
-        found.append((f"aoti/{device}", "aoti", device))
+        frozen = any(f.kind == "compiled" and f.device == device and (f.build or {}).get("frozen") == "true"
+                     for f in bundle.manifest.files)
+        found.append((f"aoti/{device}{' (frozen)' if frozen else ''}", "aoti", device))
     if any(f.kind == "onnx" for f in bundle.manifest.files):
         found.append(("onnx", "onnx", "cpu"))
     return found, skipped
@@ -120,7 +122,9 @@ def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tens
     import aotc
 
     mode = _mode(bundle)
-    module = aotc.load(bundle.path, backend=backend, device=device, mode="eval" if mode == "inference" else "train",
+    # an inference graph captured in train mode (BatchNorm statistics) runs in train mode
+    train = mode != "inference" or bundle.metadata.training
+    module = aotc.load(bundle.path, backend=backend, device=device, mode="train" if train else "eval",
                        trusted_subclasses=trusted)
     names = [u.name for u in bundle.signature.user_inputs]
     args, kwargs = inputs

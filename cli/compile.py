@@ -25,11 +25,14 @@ def _is_bundle(target: str) -> bool:
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="Compile cache [default: $AOTC_CACHE_DIR or ~/.cache/aotc].")
 @click.option("--no-cache", is_flag=True, help="Compile again even if an identical graph was compiled before.")
+@click.option("--freeze", is_flag=True,
+              help="Fold the weights into the inference graphs' code (faster CPU convolutions; the loaded "
+                   "module then refuses new weights).")
 @exports
 @json_option
 @debug_option
 @handles_errors
-def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | None, no_cache: bool,
+def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | None, no_cache: bool, freeze: bool,
                     export: ExportOptions, as_json: bool, debug: bool):
     """Compile every graph of a bundle with AOTInductor, for each --device.
 
@@ -42,6 +45,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
       aotc compile sample_models/mlp.py -o bundles/mlp
       aotc compile sample_models/mlp.py --autograd -o bundles/mlp-fb
       aotc compile bundles/mlp --device cuda
+      aotc compile bundles/resnet18 --freeze
     """
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -86,7 +90,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
             progress.update(task, completed=1, description=f"{note} {kind} ({device})")
 
         bundle = compile_bundle(bundle_path, devices=devices, cache_dir=cache_dir, use_cache=not no_cache,
-                                on_graph=on_graph)
+                                freeze=freeze, on_graph=on_graph)
     total = time.perf_counter() - started
     from aotc.regions import RegionalBundle
 
@@ -112,5 +116,9 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
         emit_json(summary)
         return
     print_graph_table(out, summary)
+    frozen = {p: e["size_bytes"] for p, e in summary["compiled"].items() if (e["build"] or {}).get("frozen") == "true"}
+    if frozen:  # each holds its own copy of the weights
+        out.print("frozen (weights folded in; the loaded module refuses new weights): "
+                  + ", ".join(f"{p} {human_size(size)}" for p, size in frozen.items()))
     sizes = ", ".join(f"{k} {human_size(v)}" for k, v in summary["size"].items())
     out.print(f"{human_size(summary['size_bytes'])} ({sizes}) in {total:.1f} s")

@@ -91,7 +91,12 @@ def _render(info: dict, top_ops: int) -> None:
     for f in m["files"]:
         files.add_row(f["path"], f["kind"], human_size(f["size"]), f["sha256"][:16])
     out.print(files)
+    weights = sum(f["size"] for f in m["files"] if f["kind"] == "weights")
     for f in m["files"]:
+        if f["kind"] == "compiled" and (f["build"] or {}).get("frozen") == "true":
+            out.print(f"[bold]{f['path']}[/]: frozen: the weights are folded into the code (its own copy, "
+                      f"{human_size(f['size'])} beside weights.safetensors' {human_size(weights)}); the loaded "
+                      "module refuses new weights")
         if f["kind"] == "onnx" and f["build"]:
             b = f["build"]
             out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "

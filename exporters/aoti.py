@@ -3,6 +3,12 @@
 `compiled/<device>/<kind>.pt2` is an AOTInductor package. The graphs take parameters and
 buffers as inputs, so a package holds code only: the weights stay in
 weights.safetensors, stored once for every graph and device.
+
+A frozen package (`aotc compile --freeze`, inference graphs only) is compiled with the
+weights folded in (inductor's freezing: constants folded, CPU convolution and linear
+weights prepacked for oneDNN). It takes the user inputs alone, holds its own copy of the
+weights, and cannot see new ones: the runtime refuses weight changes on a module backed
+by one (FrozenWeightsError). Its manifest entry's build records `"frozen": "true"`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ FILE_KIND = "compiled"
 # fallback_random: random ops (dropout) call eager's kernels, so under the same seed a
 # compiled bundle draws the same masks as eager instead of inductor's own RNG stream.
 COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True}
+FROZEN_OPTIONS: dict[str, object] = {**COMPILE_OPTIONS, "freezing": True}
+FREEZABLE = ("inference", "prefill", "decode")  # graphs that never train their weights
+_STATE = ("parameter", "buffer", "constant")
 
 
 def artifact_path(kind: str, device: str) -> str:
@@ -30,11 +39,76 @@ def artifact_path(kind: str, device: str) -> str:
 
 def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
-    compile from options.cache_dir)."""
+    compile from options.cache_dir); frozen where options.freeze asks and the graph can be."""
     from aotc.compiler import compile_cached
     cache = options.cache_dir if options.use_cache else None
-    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
-    return Built(fingerprint, cached)
+    if not (options.freeze and kind in FREEZABLE):
+        fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
+        return Built(fingerprint, cached)
+    check_freezable(bundle, kind)
+    signature = bundle.signature.graphs[kind]
+
+    def compile_frozen(program, example_inputs: list, package_path: Path) -> None:
+        compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
+                      package_path, FROZEN_OPTIONS)
+
+    # the package holds the weights: a cached one is reused only for the same weights
+    weights = [f.sha256 for f in bundle.manifest.files if f.kind == "weights"]
+    key_options = {**FROZEN_OPTIONS, "weights": weights}
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_frozen, key_options)
+    return Built({**fingerprint, "frozen": "true"}, cached)
+
+
+def check_freezable(bundle, kind: str) -> None:
+    """A graph that updates its buffers (BatchNorm statistics in a train-mode capture) needs
+    them as inputs: folded into the code, the update would be lost."""
+    updated = [i.name for i in bundle.metadata.programs[kind].inputs if i.kind == "buffer" and i.mutates_data]
+    if updated:
+        raise AotcError(
+            f"the {kind} graph of '{bundle.path}' updates buffers ({', '.join(updated)}), which freezing would fold "
+            "into the compiled code and never update. Compile it without --freeze."
+        )
+
+
+def _user(signature, values: list) -> list:
+    """The values of the graph inputs that are not the bundle's state."""
+    return [v for s, v in zip(signature.inputs, values) if s.role not in _STATE]
+
+
+def frozen_program(program, signature, example_inputs: list):
+    """`program` (a flat graph over state and user inputs) exported again with its
+    parameters, buffers and constants as the program's own state, so that inductor's
+    freezing can fold them; the result takes the user inputs only."""
+    from torch.export import Dim
+
+    graph = program.module()
+    state = [(i, v) for i, (s, v) in enumerate(zip(signature.inputs, example_inputs)) if s.role in _STATE]
+    user = [i for i, s in enumerate(signature.inputs) if s.role not in _STATE]
+
+    class Frozen(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.graph = graph
+            for k, (_, value) in enumerate(state):
+                self.register_buffer(f"state_{k}", value)
+
+        def forward(self, *inputs):
+            args = [None] * (len(state) + len(user))
+            for k, (i, _) in enumerate(state):
+                args[i] = getattr(self, f"state_{k}")
+            for i, value in zip(user, inputs):
+                args[i] = value
+            return self.graph(*args)
+
+    placeholders = list(program.graph.find_nodes(op="placeholder"))
+    specs = []
+    for i in user:
+        val = placeholders[i].meta.get("val")
+        dims = {d: Dim.AUTO for d, n in enumerate(getattr(val, "shape", ())) if isinstance(n, torch.SymInt)
+                and not n.node.expr.is_number}
+        specs.append(dims or None)
+    dynamic = (tuple(specs),) if any(specs) else None
+    return torch.export.export(Frozen(), tuple(example_inputs[i] for i in user), dynamic_shapes=dynamic, strict=False)
 
 
 def _copy_views_of_inputs(program) -> None:
@@ -68,7 +142,7 @@ def _copy_views_of_inputs(program) -> None:
         program.graph_module.recompile()
 
 
-def compile_graph(program, example_inputs: list, package_path: Path) -> None:
+def compile_graph(program, example_inputs: list, package_path: Path, configs: dict = COMPILE_OPTIONS) -> None:
     """AOTInductor-compile `program` (an ExportedProgram) for the device of its inputs.
 
     A package whose metadata does not read back (inductor's shared cache can hand out a
@@ -85,8 +159,7 @@ def compile_graph(program, example_inputs: list, package_path: Path) -> None:
     try:
         for attempt in range(2):
             with torch._inductor.config.patch(force_disable_caches=attempt > 0):
-                aoti_compile_and_package(program, package_path=str(package_path),
-                                         inductor_configs=dict(COMPILE_OPTIONS))
+                aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=dict(configs))
             problem = package_problem(package_path)
             if problem is None:
                 return
@@ -106,8 +179,9 @@ class CompiledGraph:
     `layouts` (one StrideGuard or None per input) copies an input laid out unlike the
     compiled code expects into that layout; None where nothing needs checking."""
 
-    def __init__(self, run, layouts: list | None = None):
+    def __init__(self, run, layouts: list | None = None, frozen: bool = False):
         self._run = run
+        self.frozen = frozen  # its weights are folded in (see the module docstring)
         self._layouts = [(i, g) for i, g in enumerate(layouts or []) if g is not None]
         # for the runtime's fast path (aotc.runtime.fast_path): the bare runner, which
         # records no autograd history, and the layout each input must already have
@@ -174,7 +248,15 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
         shutil.rmtree(workdir, ignore_errors=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BundleError(f"'{path}' could not be loaded as an AOTInductor package ({type(e).__name__}: {first}).") from e
-    graph = CompiledGraph(run, input_layouts(bundle, kind))
+    frozen = (entry.build or {}).get("frozen") == "true"
+    if frozen:  # the package takes the user inputs alone; the runtime passes state first
+        user = [i for i, s in enumerate(bundle.signature.graphs[kind].inputs) if s.role not in _STATE]
+        full = run
+
+        def run(args, _full=full, _user=user):
+            return _full([args[i] for i in _user])
+
+    graph = CompiledGraph(run, input_layouts(bundle, kind), frozen)
     weakref.finalize(graph, shutil.rmtree, workdir, True)
     return graph
 

@@ -17,13 +17,14 @@ from aotc.outputs import load_spec
 from aotc.aliasing import StrideGuard, dense_strides, synthetic_base
 from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
-from aotc.errors import AotcError, GraphRunError, InputError, ModeError
+from aotc.errors import AotcError, FrozenWeightsError, GraphRunError, InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs, with_refusing_history
 from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.epilogue import Epilogue
+from aotc.runtime.grads import accumulate, spans
 from aotc.runtime.fast_path import MISS, FastPath, layouts_checkable
 from aotc.runtime.inputs import CallStructure, build_checks, build_guard
-from aotc.runtime.state import populate, slot_getter
+from aotc.runtime.state import FrozenState, populate, refusal, slot_getter
 from aotc.runtime.subclasses import SubclassLayer
 from aotc.schema import GraphSignature, ProgramMeta
 
@@ -112,26 +113,6 @@ def _dense(t: torch.Tensor) -> bool:
     return t.stride() == dense_strides(t.shape, StrideGuard.of(list(t.shape), list(t.stride()), True).order)
 
 
-def _spans(tensors) -> list[tuple[int, int]]:
-    """The memory of each tensor's storage, as [start, end) addresses."""
-    spans = []
-    for t in tensors:
-        storage = t.untyped_storage()
-        spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
-    return spans
-
-
-def _accumulate(target: torch.Tensor, grad: torch.Tensor, shared: bool) -> None:
-    """Add `grad` to target.grad, as autograd does; a `shared` grad (its memory is also an
-    input's or another .grad's, or it is not contiguous, e.g. an expanded scalar) is copied,
-    so that an in-place change of one (clipping, zero_grad without set_to_none) misses the
-    other and works."""
-    if target.grad is None:
-        target.grad = grad.clone() if shared else grad
-    else:
-        target.grad = target.grad + grad
-
-
 class LoadedModule(nn.Module):
     """A bundle as an nn.Module. Call it like the original model; `train_step` for joint bundles."""
 
@@ -158,6 +139,7 @@ class LoadedModule(nn.Module):
             for fqn, names in layer.inner_state.items():
                 state_roles[fqn] = state_roles[names[0]]
                 requires_grad[fqn] = layer.state_requires_grad[fqn]
+        frozen = [kind for kind, g in graphs.items() if getattr(g, "frozen", False)]
         graphs = {kind: with_constants(g, sig.graphs[kind], stored, device) for kind, g in graphs.items()}
         populate(
             self,
@@ -188,6 +170,8 @@ class LoadedModule(nn.Module):
                           meta.user_inputs, self._subclasses)
             for kind, program_meta in meta.programs.items()
         }
+        folded = [s.target for kind in frozen for s in sig.graphs[kind].inputs if s.role in ("parameter", "buffer")]
+        self._frozen = FrozenState(self, folded, self.bundle_path) if frozen else None
         self._training_graphs = None  # a forward bundle with no backward has nothing to differentiate
         if "backward" in graphs:
             mutated = frozenset(m.primal for m in self._programs["forward"].epilogue.mutations)
@@ -251,6 +235,8 @@ class LoadedModule(nn.Module):
     def __call__(self, *args, **kwargs):
         # nn.Module's own __call__ costs more than the whole fast path; it is skipped only
         # when no hook, per module or global, would have run
+        if self._frozen is not None:
+            self._frozen.check()
         fast = self._fast
         if (fast is not None and not kwargs and not self.training and not self._forward_hooks
                 and not (torch.is_grad_enabled() and self._anchor() is not None)
@@ -303,8 +289,15 @@ class LoadedModule(nn.Module):
             self._fast.accept_current_state()  # the full checks passed under it
         return out
 
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        if self._frozen is not None:
+            raise FrozenWeightsError(refusal(self.bundle_path, "load_state_dict() was called"))
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
     def run_graph(self, kind: str, *args, **kwargs):
         """Call one graph of the bundle by its kind, e.g. "decode" of a generation bundle."""
+        if self._frozen is not None:
+            self._frozen.check()
         program = self._programs.get(kind)
         if program is None:
             raise ModeError(f"this bundle has no '{kind}' graph; it has {', '.join(self._graph_kinds)}.")
@@ -422,7 +415,7 @@ class LoadedModule(nn.Module):
         layer = self._subclasses
         inner_grads = {}
         taken: set[int] = set()  # data pointers already given to a .grad in this step
-        inputs = _spans(primals)  # a graph may return an input (or a view of one) as a gradient
+        inputs = spans(primals)  # a graph may return an input (or a view of one) as a gradient
         with torch.no_grad():
             for kind, position, target, always in self._joint_plan(program):
                 value = outs[position]
@@ -436,10 +429,10 @@ class LoadedModule(nn.Module):
                         ptr = value.data_ptr()
                         shared = (ptr in taken or not value.is_contiguous() or value.numel() == 0
                                   or any(a <= ptr < b for a, b in inputs))
-                        _accumulate(tensor, value, shared)
+                        accumulate(tensor, value, shared)
                         taken.add(ptr)
             for fqn, grad in (layer.outer_grads(inner_grads) if layer is not None else {}).items():
-                _accumulate(self.get_parameter(fqn), grad, True)
+                accumulate(self.get_parameter(fqn), grad, True)
         return loss
 
     def _joint_plan(self, program: Program) -> list[tuple[str, int, object, bool]]:

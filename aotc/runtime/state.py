@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from aotc.errors import FrozenWeightsError
+
 
 def _child(root: nn.Module, path: list[str]) -> nn.Module:
     module = root
@@ -53,3 +55,30 @@ def slot_getter(root: nn.Module, fqn: str):
         owner = owner._modules[part]
     table = owner._parameters if name in owner._parameters else owner._buffers
     return table, name
+
+
+class FrozenState:
+    """The weights a frozen compiled graph folded in, as they were at load.
+
+    Such a graph never reads the module's parameters and buffers again: replacing one, or
+    changing one in place, would be silently ignored, so `check()` refuses the call."""
+
+    def __init__(self, root: nn.Module, fqns: list[str], bundle: str):
+        self._entries = []
+        for fqn in dict.fromkeys(fqns):
+            table, name = slot_getter(root, fqn)
+            self._entries.append((fqn, table, name, table[name], table[name]._version))
+        self._bundle = bundle
+
+    def check(self) -> None:
+        for fqn, table, name, tensor, version in self._entries:
+            if table[name] is not tensor or tensor._version != version:
+                raise FrozenWeightsError(refusal(self._bundle, f"'{fqn}' was replaced or changed in place"))
+
+
+def refusal(bundle: str, what: str) -> str:
+    return (
+        f"{what}, but '{bundle}' runs a graph compiled with its weights folded in (aotc compile --freeze), "
+        "which cannot see new weights. Compile the bundle again without --freeze (or load it with "
+        "backend='fx') to change its weights, or export a bundle of the new weights and compile that."
+    )
