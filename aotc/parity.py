@@ -175,7 +175,7 @@ def _golden(bundle: Bundle) -> Tensors:
 
 def _golden_inputs(bundle: Bundle, golden: Tensors, trusted=()):
     names = [u.name for u in bundle.signature.user_inputs]
-    flat = [golden[input_key(n)] for n in names]
+    flat = [_laid_out(golden[input_key(n)], meta) for n, meta in zip(names, bundle.metadata.user_inputs)]
     program = next(iter(bundle.metadata.programs.values()))
     for dup, first in program.duplicate_user_inputs.items():
         flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
@@ -207,6 +207,19 @@ def replay_fresh(root: Path, model_name: str) -> None:
             "than the one torch traced (nn.TransformerEncoder's fast path under no_grad is one); aotc "
             "refuses to write a bundle that computes something else. Please report this model."
         )
+
+
+def _laid_out(t: torch.Tensor, meta) -> torch.Tensor:
+    """`t` (stored contiguous) with the strides the example input had, where they were
+    static and dense: the compiled graphs were built for that layout."""
+    from aotc.aliasing import StrideGuard, dense_strides
+
+    stride = tuple(meta.stride)
+    if meta.dynamic_dims or tuple(t.stride()) == stride or len(stride) != t.dim():
+        return t
+    if stride != tuple(dense_strides(meta.shape, StrideGuard.of(meta.shape, meta.stride, static=True).order)):
+        return t  # overlapping or with gaps: no tensor of its own has that layout
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,

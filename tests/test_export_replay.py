@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import aotc
-from aotc.errors import CaptureError
+from aotc.errors import CaptureError, InputError
 
 
 class PaddedEncoder(torch.nn.Module):
@@ -34,3 +34,40 @@ def test_bundle_unlike_eager_is_refused_and_not_written(tmp_path):
     # without padding both paths compute the same: the bundle is written
     aotc.export(PaddedEncoder().eval(), ((x, torch.zeros(2, 5, dtype=torch.bool)), {}), tmp_path / "b")
     assert (tmp_path / "b" / "manifest.json").exists()
+
+
+class ViewsOfInput(torch.nn.Module):
+    def forward(self, x, y):
+        return x.t(), x[0], y + 1
+
+
+def test_views_of_an_input_laid_out_otherwise(tmp_path):
+    # exported with a transposed x; the replay passes x as reference.safetensors stores it
+    # (contiguous), which once gave views with the export's strides on other memory
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 3, generator=g).t(), torch.randn(3, 4, generator=g)
+    bundle = aotc.export(ViewsOfInput(), ((x, y), {}), tmp_path / "b").path
+    loaded = aotc.load(bundle, backend="fx")
+    for given in (x, x.contiguous()):
+        actual, expected = loaded(given, y), ViewsOfInput()(given, y)
+        for a, e in zip(actual, expected, strict=True):
+            assert torch.equal(a, e) and a.stride() == e.stride()
+        assert [a.data_ptr() for a in actual[:2]] == [e.data_ptr() for e in expected[:2]]  # views of `given`
+    assert aotc.verify(bundle).ok
+
+
+@pytest.mark.slow
+def test_compiled_views_of_an_input_laid_out_otherwise_are_refused(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 3, generator=g).t(), torch.randn(3, 4, generator=g)
+    bundle = aotc.export(ViewsOfInput(), ((x, y), {}), tmp_path / "b").path
+    aotc.compile(bundle)
+    loaded = aotc.load(bundle, backend="aoti")
+    actual, expected = loaded(x, y), ViewsOfInput()(x, y)
+    for a, e in zip(actual, expected, strict=True):
+        assert torch.equal(a, e) and a.stride() == e.stride()
+    assert [a.data_ptr() for a in actual[:2]] == [e.data_ptr() for e in expected[:2]]
+    refusal = r"laid out with strides \(4, 1\), unlike at export \(1, 3\), and output 0 is a view.*backend='fx'"
+    with pytest.raises(InputError, match=refusal):
+        loaded(x.contiguous(), y)
+    assert aotc.verify(bundle).ok  # verify lays its stored inputs out as the export's

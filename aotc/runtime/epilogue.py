@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc.errors import InputError
 from aotc.schema import GraphSignature, ProgramMeta
 
 _PLAIN = {"non_alias", "unsafe_view_alias", "custom_function_view"}
@@ -44,6 +45,9 @@ class OutputPlan:
     # return a fresh tensor, not a view laid out like eager's
     size: tuple | None = None
     stride: tuple | None = None
+    # alias_of_input with static sizes: the input's strides at capture, which `size` and
+    # `stride` assume; a caller's input laid out otherwise cannot take that view
+    base_stride: tuple | None = None
 
 
 class Epilogue:
@@ -80,7 +84,8 @@ class Epilogue:
             OutputPlan(
                 user[o.index], o.output_type, o.base_idx, o.view_offset, o.same_as_output, o.view_of_output,
                 o.requires_grad, meta.inputs[o.base_idx].requires_grad if o.output_type == "alias_of_input" else None,
-                *((tuple(o.tensor.shape), tuple(o.tensor.stride)) if o.tensor and not o.tensor.dynamic_dims else ()),
+                *((tuple(o.tensor.shape), tuple(o.tensor.stride), _static_stride(meta, o))
+                  if o.tensor and not o.tensor.dynamic_dims else ()),
             )
             for o in meta.outputs
         ]
@@ -149,12 +154,35 @@ def _depends_on_outputs(plan: OutputPlan) -> bool:
     return plan.kind == "alias_of_intermediate_base_is_user_output" or plan.same_as is not None or plan.view_of is not None
 
 
+def _static_stride(meta: ProgramMeta, out) -> tuple | None:
+    """The strides the input an output views had after the call at capture."""
+    if out.output_type != "alias_of_input":
+        return None
+    info = meta.inputs[out.base_idx]
+    if info.mutates_metadata:  # the epilogue gives the input its new layout before the view
+        return tuple(info.layout_after.stride) if info.layout_after else None
+    return tuple(info.tensor.stride) if info.tensor is not None and not info.tensor.dynamic_dims else None
+
+
 def _view_of(base: torch.Tensor, raw: torch.Tensor, plan: OutputPlan) -> torch.Tensor:
-    """`raw`'s size and strides as a view of `base`, at the offset recorded at capture,
-    requiring grad as eager's output did (AOTAutograd's gen_alias_from_base)."""
-    offset = plan.view_offset
-    start = base.storage_offset() + (offset if offset is not None else raw.storage_offset())
-    size, stride = (plan.size, plan.stride) if plan.size is not None else (raw.size(), raw.stride())
+    """`raw` as a view of `base`, requiring grad as eager's output did (AOTAutograd's
+    gen_alias_from_base). Where `raw` already views base's memory (the fx graph computed
+    the view on the caller's tensor) it keeps that geometry; a compiled graph returns a
+    fresh tensor, and the view takes eager's sizes and strides at the offset recorded at
+    capture, which hold only for a base laid out as at capture."""
+    if raw.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():
+        size, stride, start = raw.size(), raw.stride(), raw.storage_offset()
+    else:
+        if plan.base_stride is not None and _significant(base.size(), base.stride()) != _significant(
+                base.size(), plan.base_stride):
+            raise InputError(
+                f"an input is laid out with strides {tuple(base.stride())}, unlike at export {plan.base_stride}, and "
+                f"output {plan.output} is a view of it that the compiled graph cannot rebuild for that layout. Pass the "
+                "input laid out as at export, or load the bundle with backend='fx'."
+            )
+        offset = plan.view_offset
+        start = base.storage_offset() + (offset if offset is not None else raw.storage_offset())
+        size, stride = (plan.size, plan.stride) if plan.size is not None else (raw.size(), raw.stride())
     out = base.as_strided(size, stride, start)
     if plan.base_requires_grad is not None and base.requires_grad != plan.base_requires_grad:
         return out  # a call unlike the capture: the view follows its base, as in eager
@@ -163,3 +191,8 @@ def _view_of(base: torch.Tensor, raw: torch.Tensor, plan: OutputPlan) -> torch.T
     if not base.requires_grad and plan.requires_grad:
         out.requires_grad_(True)
     return out
+
+
+def _significant(size, stride) -> tuple:
+    """The strides of dims longer than 1 (the others say nothing about memory)."""
+    return tuple(st for n, st in zip(size, stride) if n != 1)
