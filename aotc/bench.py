@@ -11,7 +11,8 @@ and an SGD step. The variants:
   aotc code per call: the floor the wrapper stack is measured against (training: the
   forward and backward packages and a foreach SGD update, no buffer updates);
 - `eager` and `torch.compile` (cold, then warm inductor cache) on the model the user
-  names with `model`;
+  names with `model`; for inference also `torch.compile freezing` (inductor's freezing,
+  the baseline for a bundle compiled with `aotc compile --freeze`);
 - `aot_compile`: torch.compile's own ahead-of-time artifact
   (`torch.compile(model.forward, fullgraph=True).aot_compile(...)`, then
   `save_compiled_function`), made in a process of its own that is not timed, then loaded
@@ -151,7 +152,9 @@ def _model_step(spec: dict, device):
         model = loaded.module.to(device).train(train)
         loss_fn = loaded.loss
         call = model
-        if variant.startswith("torch.compile"):
+        if variant.startswith("torch.compile freezing"):  # weights folded in, as `aotc compile --freeze`
+            call = torch.compile(model, options={"freezing": True})
+        elif variant.startswith("torch.compile"):
             call = torch.compile(model)
         elif variant.startswith("aot_compile"):
             with open(spec["artifact"], "rb") as f:
@@ -433,6 +436,11 @@ def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Res
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
             results.append(_baseline("torch.compile (cold cache)", spec, env, on_variant))
             results.append(_baseline("torch.compile (warm cache)", spec, env, on_variant, repeats=repeats))
+        if not spec["train"]:  # freezing folds weights that training would change
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+                results.append(_baseline("torch.compile freezing (cold cache)", spec, env, on_variant))
+                results.append(_baseline("torch.compile freezing (warm cache)", spec, env, on_variant, repeats=repeats))
     if "aot_compile" in baselines and not spec.get("regional"):
         results += _aot_compile_variants(spec, on_variant)
     return results

@@ -49,7 +49,7 @@ def graph_content_hash(path: Path) -> str:
 
 # Bumped whenever aotc changes a graph before handing it to AOTInductor, so artifacts
 # cached by an older aotc are not reused.
-PIPELINE_VERSION = 2
+PIPELINE_VERSION = 3
 
 
 def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -> str:

@@ -94,9 +94,11 @@ def _render(info: dict, top_ops: int) -> None:
     weights = sum(f["size"] for f in m["files"] if f["kind"] == "weights")
     for f in m["files"]:
         if f["kind"] == "compiled" and (f["build"] or {}).get("frozen") == "true":
+            prepacked = f["build"].get("prepacked")
             out.print(f"[bold]{f['path']}[/]: frozen: the weights are folded into the code (its own copy, "
-                      f"{human_size(f['size'])} beside weights.safetensors' {human_size(weights)}); the loaded "
-                      "module refuses new weights")
+                      f"{human_size(f['size'])} beside weights.safetensors' {human_size(weights)})"
+                      + (f", {prepacked} calls on oneDNN-prepacked weights" if prepacked else "")
+                      + "; the loaded module refuses new weights")
         if f["kind"] == "onnx" and f["build"]:
             b = f["build"]
             out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "

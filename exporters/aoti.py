@@ -49,14 +49,28 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
     signature = bundle.signature.graphs[kind]
 
     def compile_frozen(program, example_inputs: list, package_path: Path) -> None:
-        compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
-                      package_path, FROZEN_OPTIONS)
+        # inductor applies freezing only with grad mode off (compile_fx checks
+        # torch.is_grad_enabled()); under grad mode it would fold nothing, silently
+        with torch.no_grad():
+            compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
+                          package_path, FROZEN_OPTIONS)
 
     # the package holds the weights: a cached one is reused only for the same weights
     weights = [f.sha256 for f in bundle.manifest.files if f.kind == "weights"]
     key_options = {**FROZEN_OPTIONS, "weights": weights}
     fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_frozen, key_options)
-    return Built({**fingerprint, "frozen": "true"}, cached)
+    return Built({**fingerprint, "frozen": "true", "prepacked": str(prepacked_calls(target))}, cached)
+
+
+def prepacked_calls(package: Path) -> int:
+    """How many calls in a compiled package's code run on weights freezing prepacked for
+    oneDNN (convolutions, linears): the evidence that freezing did its work on CPU."""
+    import re
+    import zipfile
+
+    with zipfile.ZipFile(package) as archive:
+        code = "".join(archive.read(n).decode(errors="replace") for n in archive.namelist() if n.endswith("wrapper.cpp"))
+    return len(re.findall(r"aoti_torch_cpu_(?:mkldnn_\w+|_linear_pointwise\w*|mkl_linear)\(", code))
 
 
 def check_freezable(bundle, kind: str) -> None:

@@ -28,9 +28,14 @@ def frozen_mlp(sample_bundles, tmp_path_factory):
 
 def test_frozen_package_matches_eager_at_every_batch_size(frozen_mlp):
     path, summary = frozen_mlp
-    assert summary["compiled"]["compiled/cpu/inference.pt2"]["build"]["frozen"] == "true"
+    build = summary["compiled"]["compiled/cpu/inference.pt2"]["build"]
+    assert build["frozen"] == "true"
     loaded = aotc.load(path, backend="aoti")
     eager = fresh_sample("mlp").module.eval()
+    # freezing ran (inductor skips it silently under grad mode): every Linear runs on
+    # weights prepacked for oneDNN
+    linears = sum(isinstance(m, torch.nn.Linear) for m in eager.modules())
+    assert int(build["prepacked"]) == linears > 0
     with torch.no_grad():
         for batch in (2, 7, 64):
             x = torch.randn(batch, 16)
@@ -38,7 +43,9 @@ def test_frozen_package_matches_eager_at_every_batch_size(frozen_mlp):
     report = aotc.verify(path)
     assert report.ok and any(c.artifact == "aoti/cpu (frozen)" for c in report.checks)
     shown = invoke("inspect", path)
-    assert "compiled/cpu/inference.pt2: frozen: the weights are folded into the code" in " ".join(shown.stderr.split())
+    said = " ".join(shown.stderr.split())
+    assert "compiled/cpu/inference.pt2: frozen: the weights are folded into the code" in said
+    assert f"{linears} calls on oneDNN-prepacked weights" in said
 
 
 def test_new_weights_are_refused_not_ignored(frozen_mlp):
