@@ -384,3 +384,10 @@ def shape_guards():
         yield sites
     finally:
         ShapeEnv._log_guard = original
+
+
+def mark_optimizer_stepped(optimizer) -> None:
+    """Tell LR schedulers that `optimizer` took a step (a joint bundle's train_step ran its
+    update inside the graph): torch's LRScheduler reads this flag, set by the wrapper it
+    puts around optimizer.step, to warn about a scheduler stepped before its optimizer."""
+    optimizer._opt_called = True

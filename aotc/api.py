@@ -70,12 +70,16 @@ def export(
     checkpoint: str | None = None,
     task: str | None = None,
     assets: dict[str, Path] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
     on_phase: PhaseCallback | None = None,
 ) -> Bundle:
     """Capture `model` on `example_inputs` and write a bundle to `out`.
 
     `graphs` is ("inference",), ("joint",) or ("forward", "backward"); training graphs
-    need `loss(outputs, *inputs)` for "joint". `assets` (path in the bundle -> file) are
+    need `loss(outputs, *inputs)` for "joint". A joint graph can carry `optimizer` (a
+    torch.optim.SGD or AdamW over the model's parameters, see aotc.optimizers): then
+    `train_step` runs loss, gradients and the update in one graph, as
+    `loss.backward(); optimizer.step(); optimizer.zero_grad()`. `assets` (path in the bundle -> file) are
     copied in as they are, e.g. a tokenizer's files. The write is atomic: `out` is replaced
     only by a complete bundle, and only with `force=True`.
     """
@@ -85,6 +89,15 @@ def export(
     module = model if isinstance(model, torch.nn.Module) else FunctionModule(model)
     args, kwargs = _split_inputs(example_inputs, "example_inputs")
     mode = mode_for_graphs(graphs)
+    fused = None
+    if optimizer is not None:  # refused before seconds of tracing
+        from aotc import optimizers
+
+        if mode != "joint":
+            raise AotcError("optimizer= needs a joint graph (graphs=(\"joint\",)): the update runs after the "
+                            "gradients inside it.")
+        info = optimizers.describe(optimizer, module)
+        fused = (info, optimizers.initial_state(info, optimizer, module))
     options = CaptureOptions(mode=mode, partitioner=partitioner, train=train, dynamic_shapes=dynamic_shapes)
 
     if on_phase:
@@ -95,6 +108,8 @@ def export(
         if e.__cause__ is None or isinstance(e, GraphBreakError):
             raise  # aotc's own refusal, which says what to do
         raise _with_break_report(e, module, args, kwargs) from e.__cause__
+    if fused is not None:
+        captured = _with_optimizer(captured, *fused)
     for line in captured.narrowed:
         warnings.warn(line, RangeNarrowedWarning, stacklevel=2)
     info = ModelInfo(
@@ -108,6 +123,18 @@ def export(
     )
     return write_bundle(captured, module, args, kwargs, out, mode, info, loss=loss, force=force, assets=assets,
                         on_phase=on_phase)
+
+
+def _with_optimizer(captured: Capture, info, state: dict) -> Capture:
+    import dataclasses
+
+    from aotc.capture.optimizer_step import fuse_optimizer
+
+    if captured.subclasses is not None:
+        raise AotcError("a joint graph over tensor-subclass parameters cannot carry its optimizer yet; export "
+                        "without optimizer= and call optimizer.step() after train_step.")
+    graphs = {"joint": fuse_optimizer(captured.graphs["joint"], info, state)}
+    return dataclasses.replace(captured, graphs=graphs, optimizer=info, optimizer_state=state)
 
 
 def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple, kwargs: dict) -> CaptureError:
@@ -147,10 +174,16 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
     from aotc.ambient import current
 
     ambient = current()  # export leaves the caller's state as it found it
-    golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training)
+    fused = (captured.optimizer, captured.optimizer_state) if captured.optimizer is not None else None
+    golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training, fused)
     with staging_dir(out, force) as root:
         writer = BundleWriter(root)
         _write_weights(captured, writer)
+        if captured.optimizer is not None:
+            from aotc.optimizers import OPTIMIZER_STATE
+
+            save_file(captured.optimizer_state, str(writer.path(OPTIMIZER_STATE)), metadata={"format": "pt"})
+            writer.add(OPTIMIZER_STATE, "optimizer")
         save_file({k: v.contiguous() for k, v in golden.items()}, str(writer.path(reference.REFERENCE)))
         writer.add(reference.REFERENCE, "reference")
         formats.get("fx").write(captured, writer)
@@ -169,6 +202,7 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs,
             subclasses=captured.subclasses,
             ambient=ambient,
+            optimizer=captured.optimizer,
         )
         writer.write_json(SIGNATURE, signature, "signature")
         writer.write_json(METADATA, metadata, "metadata")

@@ -4,7 +4,8 @@ Every variant runs in a fresh Python process (`python -m aotc.bench`), timed fro
 the process starts to its first output (cold start), then for `iters` more calls
 (steady state: median and p90); the child reports its peak RSS (CPU) or
 `max_memory_allocated` (CUDA). With `train`, a call is a whole step: forward, backward
-and an SGD step. The variants:
+and an SGD step (for a joint bundle that carries its optimizer, that optimizer: the
+baselines run torch.optim's with the same hyperparameters). The variants:
 
 - `aotc <backend>`: `aotc.load(bundle)`, the whole wrapper stack, on the golden inputs;
 - `aoti raw runner`: the compiled package's own `run` on flat tensors gathered once, no
@@ -163,7 +164,7 @@ def _model_step(spec: dict, device):
             def call(*a, **k):
                 return compiled(model, *a, **k)
     args, kwargs = _inputs(spec, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
+    optimizer = _optimizer(spec, model) if train and not (joint and model.optimizer is not None) else None
 
     def step():
         if not train:
@@ -171,6 +172,8 @@ def _model_step(spec: dict, device):
                 return call(*args, **kwargs)
         if joint:
             loss = model.train_step(*args, **kwargs)
+            if optimizer is None:  # the bundle's graph ran the optimizer
+                return loss
         else:
             out = call(*args, **kwargs)
             loss = loss_fn(out, *args, **kwargs) if loss_fn else sum(o.float().sum() for o in pytree.tree_leaves(out))
@@ -180,6 +183,21 @@ def _model_step(spec: dict, device):
         return loss
 
     return step
+
+
+def _optimizer(spec: dict, model):
+    """The optimizer a training step runs: the one a joint bundle carries (for the
+    baselines, torch.optim's own with its hyperparameters), else SGD with lr 1e-3."""
+    import torch
+
+    from aotc.bundle import Bundle
+
+    info = None if spec.get("regional") else Bundle.open(spec["bundle"], verify_hashes=False).metadata.optimizer
+    if info is None:
+        return torch.optim.SGD(model.parameters(), lr=1e-3)
+    from aotc import optimizers
+
+    return optimizers.build(info, model, optimizers.initial_state(info, None, model))
 
 
 def _raw_step(spec: dict, device):
@@ -220,6 +238,18 @@ def _raw_step(spec: dict, device):
         names = [s.name for s in sig["joint"].inputs]
         grads = [i for i, s in enumerate(sig["joint"].outputs) if s.role == "gradient"]
         params = [flat[names.index(sig["joint"].outputs[i].name.removeprefix("grad:"))] for i in grads]
+
+        if bundle.metadata.optimizer is not None:  # the graph updates: copy its new values in
+            outputs = sig["joint"].outputs
+            where = {(s.role, s.target): i for i, s in enumerate(sig["joint"].inputs)}
+            new = [(i, where["parameter" if s.role == "updated_parameter" else s.role, s.target])
+                   for i, s in enumerate(outputs) if s.role in ("updated_parameter", "optimizer_state")]
+
+            def fused_step():
+                outs = run(flat)
+                torch._foreach_copy_([flat[j] for _, j in new], [outs[i] for i, _ in new])
+
+            return fused_step
 
         def joint_step():
             outs = run(flat)
@@ -372,6 +402,9 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
             "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
             "repeats": repeats}
     joint = " joint" if "joint" in bundle.graph_kinds else ""  # a whole training step in one graph
+    if bundle.metadata.optimizer is not None:  # ... optimizer included
+        joint += f"+{bundle.metadata.optimizer.name}"
+
     variants = [(f"aotc{joint} {label}", {"backend": backend}) for label, backend in available]
     if "raw" in baselines and any(b == "aoti" for _, b in available):
         variants.append((RAW, {}))

@@ -246,6 +246,18 @@ class Bundle:
         check_weights(self, tensors)
         return tensors
 
+    def optimizer_state(self) -> dict:
+        """The state of the optimizer a joint bundle carries ('<fqn>/<key>' -> tensor),
+        checked against what its graph takes; {} for a bundle without one."""
+        from aotc.bundle_check import check_optimizer_state
+        from aotc.optimizers import OPTIMIZER_STATE
+
+        if self.metadata.optimizer is None:
+            return {}
+        tensors = load_safetensors(self.path / OPTIMIZER_STATE)
+        check_optimizer_state(self, tensors)
+        return tensors
+
 
 def load_exported_program(path: Path):
     """torch.export.load of an archive whose members were checked first, with unpickling

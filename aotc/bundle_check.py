@@ -29,6 +29,9 @@ _FQN_PART = re.compile(r"[A-Za-z0-9_]+")
 _MAX_DIM = 1 << 62
 _INPUT_ROLES = {"parameter", "buffer", "user_input", "synthetic_base", "constant"}
 _OUTPUT_ROLES = {"input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"}
+# a joint graph that carries its optimizer (aotc.optimizers): after the model's inputs
+_OPTIMIZER_INPUTS = {"optimizer_state", "hyperparameter"}
+_OPTIMIZER_OUTPUTS = {"updated_parameter", "optimizer_state"}
 
 
 class _Where:
@@ -120,8 +123,11 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
     _check_specs(signature, w)
     state = set()
     for kind, program in metadata.programs.items():
-        _check_program_meta(kind, program, signature.graphs[kind], num_inputs, signature.num_user_outputs, w)
+        _check_program_meta(kind, program, signature.graphs[kind], num_inputs, signature.num_user_outputs, w,
+                            metadata.optimizer is not None)
         state |= {i.name for i in program.inputs if i.kind in ("parameter", "buffer")}
+    if metadata.optimizer is not None:
+        _check_optimizer(metadata.optimizer, signature, state, manifest, w)
     for alias, target in signature.state_aliases.items():
         if not _fqn_ok(alias) or target not in state:
             w.fail("signature.json", f"state_aliases.{alias}", f"{target!r} is not a parameter or buffer")
@@ -216,12 +222,18 @@ def _check_specs(signature: Signature, w: _Where) -> None:
 
 
 def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_inputs: int, num_outputs: int,
-                        w: _Where) -> None:
+                        w: _Where, optimizer: bool = False) -> None:
     file, at = "metadata.json", f"programs.{kind}"
-    slots = [s for s in sig.inputs if s.role != "constant"]
-    if any(s.role not in _INPUT_ROLES for s in sig.inputs) or any(s.role not in _OUTPUT_ROLES for s in sig.outputs):
+    slots = [s for s in sig.inputs if s.role not in _OPTIMIZER_INPUTS | {"constant"}]
+    inputs, outputs = _INPUT_ROLES, _OUTPUT_ROLES
+    if optimizer and kind == "joint":
+        inputs, outputs = inputs | _OPTIMIZER_INPUTS, outputs | _OPTIMIZER_OUTPUTS
+    if any(s.role not in inputs for s in sig.inputs) or any(s.role not in outputs for s in sig.outputs):
         w.fail("signature.json", f"graphs.{kind}", "a slot has a role this graph kind does not take")
-    if sig.inputs[len(slots):] != [s for s in sig.inputs if s.role == "constant"]:
+    extra = [s for s in sig.inputs if s.role in _OPTIMIZER_INPUTS]
+    if sig.inputs[len(slots):len(slots) + len(extra)] != extra:
+        w.fail("signature.json", f"graphs.{kind}.inputs", "the optimizer's inputs must follow the model's")
+    if sig.inputs[len(slots) + len(extra):] != [s for s in sig.inputs if s.role == "constant"]:
         w.fail("signature.json", f"graphs.{kind}.inputs", "constants must be the last inputs")
     if len(slots) != len(meta.inputs):
         w.fail(file, f"{at}.inputs", f"{len(meta.inputs)} entries, the graph takes {len(slots)} inputs")
@@ -335,6 +347,40 @@ def check_program(bundle, kind: str, program) -> None:
         if str(val.dtype).removeprefix("torch.") != info.tensor.dtype or val.dim() != len(info.tensor.shape):
             w.fail(f"graphs/{kind}.pt2", f"input {i} ({info.name})",
                    f"{val.dtype} {val.dim()}-d, metadata.json says {info.tensor.dtype} {len(info.tensor.shape)}-d")
+
+
+def _check_optimizer(info, signature: Signature, state: set, manifest, w: _Where) -> None:
+    from aotc.optimizers import HYPERPARAMETERS, OPTIMIZER_STATE
+
+    if "joint" not in signature.graphs or manifest.file(OPTIMIZER_STATE) is None:
+        w.fail("metadata.json", "optimizer", f"needs a joint graph and {OPTIMIZER_STATE}")
+    if sorted(info.hyperparameters) != sorted(HYPERPARAMETERS[info.name]):
+        w.fail("metadata.json", "optimizer.hyperparameters", f"{info.name} takes {', '.join(HYPERPARAMETERS[info.name])}")
+    unknown = [p for p in info.parameters if p not in state]
+    if unknown:
+        w.fail("metadata.json", "optimizer.parameters", f"{unknown[0]!r} is not a parameter the joint graph takes")
+    sig = signature.graphs["joint"]
+    hyper = [s.target for s in sig.inputs if s.role == "hyperparameter"]
+    if hyper != list(HYPERPARAMETERS[info.name]):
+        w.fail("signature.json", "graphs.joint.inputs", f"the hyperparameter inputs are {hyper}")
+
+
+def check_optimizer_state(bundle, tensors: dict) -> None:
+    """optimizer.safetensors holds every state tensor the joint graph takes, each with
+    its parameter's shape and dtype (a step count: a 0-d float32)."""
+    w = _Where(bundle.path)
+    params = {i.name: i.tensor for p in bundle.metadata.programs.values() for i in p.inputs if i.kind == "parameter"}
+    for s in bundle.signature.graphs["joint"].inputs:
+        if s.role != "optimizer_state":
+            continue
+        t = tensors.get(s.target)
+        fqn, _, key = str(s.target).rpartition("/")
+        if t is None:
+            w.fail("optimizer.safetensors", str(s.target), "missing; the joint graph takes it")
+        m = params.get(fqn)
+        want = ("float32", []) if key == "step" else (m.dtype, m.shape) if m is not None else None
+        if want is None or (str(t.dtype).removeprefix("torch."), list(t.shape)) != want:
+            w.fail("optimizer.safetensors", str(s.target), f"{t.dtype} {list(t.shape)}, the joint graph takes {want}")
 
 
 def check_weights(bundle, tensors: dict) -> None:

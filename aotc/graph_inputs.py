@@ -26,10 +26,15 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
         if u.name in fixed and list(user[k].shape) != fixed[u.name]:
             user[k] = user[k][tuple(slice(0, n) for n in fixed[u.name])].clone()
 
+    optimizer = bundle.optimizer_state()  # a joint graph that carries its optimizer
+    hyper = bundle.metadata.optimizer.hyperparameters if bundle.metadata.optimizer else {}
+
     def primals(sig) -> list:
         return [
             weights[s.target] if s.role in ("parameter", "buffer", "constant")
             else synthetic_base(user[s.index]) if s.role == "synthetic_base"
+            else optimizer[s.target] if s.role == "optimizer_state"
+            else torch.tensor(hyper[s.target], dtype=torch.float64) if s.role == "hyperparameter"
             else user[s.index]
             for s in sig.inputs
         ]

@@ -10,6 +10,8 @@ The record's keys, used by reference.safetensors, the manifest's tolerances and 
     loss              the loss of a joint training step
     grad_output[i]    the gradient fed to output i (forward+backward)
     grad:<fqn>        a parameter's gradient after the step
+    param:<fqn>       a parameter after the step (a joint bundle that carries its optimizer)
+    optimizer:<fqn>/<key>  the optimizer's state after the step (same)
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def grad_key(fqn: str) -> str:
     return f"grad:{fqn}"
 
 
+def param_key(fqn: str) -> str:
+    return f"param:{fqn}"
+
+
 def grad_output_key(i: int) -> str:
     return f"grad_output[{i}]"
 
@@ -74,18 +80,21 @@ def clone_tree(tree):
 
 
 def observe(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn=None,
-            grad_seed: int = SEED, given: Record | None = None, device: torch.device | str | None = None) -> Record:
+            grad_seed: int = SEED, given: Record | None = None, device: torch.device | str | None = None,
+            optimizer=None) -> Record:
     """Call `model` (used as given: pass a copy) on clones of the inputs the way `mode`
     ("inference", "joint", "autograd") runs, under a fixed seed, and record everything
     verify compares, on the CPU. A joint step of a loaded bundle is its `train_step`;
     an eager one is `loss_fn(outputs, *inputs)` and backward. Forward+backward feeds
-    `given`'s grad_outputs when set, else random ones from `grad_seed`. Grad mode is
+    `given`'s grad_outputs when set, else random ones from `grad_seed`. A joint step with
+    an `optimizer` (eager's; a loaded bundle brings its own) also steps it and zeroes the
+    gradients, and records the parameters and optimizer state after. Grad mode is
     restored afterwards, whatever the model did to it."""
     with torch.set_grad_enabled(torch.is_grad_enabled()):
-        return _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device)
+        return _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device, optimizer)
 
 
-def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device) -> Record:
+def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device, optimizer) -> Record:
     args, kwargs = clone_tree((args, kwargs))
     if device is not None:
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
@@ -101,10 +110,16 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
 
         if isinstance(model, LoadedModule):
             seen[LOSS] = model.train_step(*args, **kwargs)
+            optimizer = model.optimizer
         else:
             loss = loss_fn(model(*args, **kwargs), *args, **kwargs)
             loss.backward()
             seen[LOSS] = loss
+            if optimizer is not None:
+                optimizer.step()
+                optimizer.zero_grad()
+        if optimizer is not None:
+            seen |= optimizer_record(model, optimizer)
     else:
         outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
         seen |= backward_with_seeded_grads(outputs, grad_seed, given)
@@ -114,6 +129,15 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
     seen |= {grad_key(k): v for name, p in model.named_parameters() if p.grad is not None
              for k, v in named_plain(name, p.grad)}
     return {k: v.detach().cpu().clone() for k, v in seen.items()}
+
+
+def optimizer_record(model: torch.nn.Module, optimizer) -> Record:
+    """Every parameter and every optimizer state tensor, after a step."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    seen = {param_key(n): p for n, p in model.named_parameters()}
+    for p, state in optimizer.state.items():
+        seen |= {f"optimizer:{names[id(p)]}/{k}": v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    return seen
 
 
 def backward_with_seeded_grads(outputs: list, seed: int, given: Record | None = None) -> Record:

@@ -312,12 +312,14 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
     mode = _mode(bundle)
     names = [u.name for u in bundle.signature.user_inputs]
     in_spec = load_spec(bundle.signature.in_spec)
+    # a joint bundle that carries its optimizer: eager steps torch.optim's, from the bundle's state
+    optimizer = (bundle.metadata.optimizer, bundle.optimizer_state()) if bundle.metadata.optimizer else None
     checks = []
     for sample in range(samples):
         inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),
                                trusted)
         expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
-                             spec.loss, grad_seed=sample + 1)
+                             spec.loss, grad_seed=sample + 1, optimizer=optimizer)
         for k, (label, backend, device) in enumerate(found):
             if on_artifact:
                 on_artifact(f"{label} vs eager (sample {sample + 1})", len(found) * (1 + sample) + k,

@@ -34,14 +34,23 @@ def tolerance(t: torch.Tensor) -> list[float]:
 
 
 def run_eager(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn=None,
-              grad_seed: int = SEED) -> Record:
-    """The eager model's record (see aotc.observe) with the inputs it was given."""
+              grad_seed: int = SEED, optimizer=None) -> Record:
+    """The eager model's record (see aotc.observe) with the inputs it was given; a joint
+    step with `optimizer` (an OptimizerInfo and its state) steps torch.optim's own
+    optimizer over the model."""
     flat = dense_leaves(pytree.tree_leaves((args, kwargs)))
     ref = {input_key(n): t.detach().clone() for n, t in zip(names, flat)}
-    return ref | observe(model, args, kwargs, names, mode, loss_fn, grad_seed)
+    opt = None
+    if optimizer is not None:
+        from aotc import optimizers
+
+        info, state = optimizer
+        opt = optimizers.build(info, model, state)
+    return ref | observe(model, args, kwargs, names, mode, loss_fn, grad_seed, optimizer=opt)
 
 
-def compute(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn, training: bool):
+def compute(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn, training: bool,
+            optimizer=None):
     """References for a freshly captured model: (tensors, tolerance per name)."""
-    ref = run_eager(copy.deepcopy(model).train(training), args, kwargs, names, mode, loss_fn)
+    ref = run_eager(copy.deepcopy(model).train(training), args, kwargs, names, mode, loss_fn, optimizer=optimizer)
     return ref, {k: tolerance(v) for k, v in ref.items() if not is_input_entry(k)}

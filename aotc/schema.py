@@ -25,13 +25,21 @@ GraphKind = Literal["inference", "joint", "forward", "backward", "prefill", "dec
 GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
 
 # "constant": a tensor made inside forward, lifted to a graph input and stored with the weights
-InputRole = Literal["parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant"]
+# "optimizer_state", "hyperparameter", "updated_parameter": a joint graph that carries its
+# optimizer (aotc.optimizers) takes the optimizer's state and hyperparameters and returns
+# the new parameters and state
+InputRole = Literal[
+    "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant", "optimizer_state",
+    "hyperparameter",
+]
 OutputRole = Literal[
-    "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"
+    "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss", "updated_parameter",
+    "optimizer_state",
 ]
 SlotRole = Literal[
     "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant",
-    "input_mutation", "user_output", "intermediate_base", "gradient", "loss",
+    "input_mutation", "user_output", "intermediate_base", "gradient", "loss", "optimizer_state", "hyperparameter",
+    "updated_parameter",
 ]
 MutationTypeName = Literal["NOT_MUTATED", "MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"]
 OutputTypeName = Literal[
@@ -46,7 +54,8 @@ OutputTypeName = Literal[
 ]
 # "hf": tokenizer, processor and config files of a Hugging Face folder, copied as they are
 FileKind = Literal[
-    "signature", "metadata", "weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "record", "other"
+    "signature", "metadata", "weights", "graph", "graph_code", "compiled", "onnx", "reference", "hf", "record", "other",
+    "optimizer",
 ]
 
 
@@ -356,11 +365,27 @@ class AmbientState:
 
 
 @dataclass(frozen=True)
+class OptimizerInfo:
+    """The optimizer a joint graph applies after its gradients (torch.optim's SGD or AdamW
+    update): over `parameters` in this order, with `hyperparameters` as graph inputs
+    (their values at export), `options` fixing the graph's structure, and `state` naming
+    each parameter's state tensors, stored in optimizer.safetensors as '<fqn>/<key>'."""
+
+    name: Literal["sgd", "adamw"]
+    hyperparameters: dict[str, float]
+    options: dict[str, bool]
+    parameters: list[str]
+    state: list[str]
+
+
+@dataclass(frozen=True)
 class Metadata:
-    """metadata.json: per program, every input's mutations and every output's aliasing."""
+    """metadata.json: per program, every input's mutations and every output's aliasing;
+    for a joint bundle that carries its optimizer, that optimizer."""
 
     training: bool
     user_inputs: list[TensorMeta]
     programs: dict[str, ProgramMeta]
     subclasses: Subclasses | None = None
     ambient: AmbientState | None = None
+    optimizer: OptimizerInfo | None = None

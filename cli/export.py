@@ -117,6 +117,15 @@ def export_options(fn):
                      help="For a model torch cannot capture whole: export its submodules instead, 'auto' (the "
                           "largest that capture) or those whose FQN matches PATTERN (e.g. 'blocks.*'); apply "
                           "them to the model with aotc.apply."),
+        click.option("--optimizer", type=click.Choice(["sgd", "adamw"]),
+                     help="--joint: put this optimizer's update in the graph (train_step is then the whole step); "
+                          "hyperparameters default to torch.optim's."),
+        click.option("--lr", type=float, help="--optimizer: learning rate."),
+        click.option("--momentum", type=float, help="--optimizer sgd: momentum."),
+        click.option("--weight-decay", type=float, help="--optimizer: weight decay."),
+        click.option("--nesterov", is_flag=True, help="--optimizer sgd: Nesterov momentum."),
+        click.option("--betas", metavar="B1,B2", help="--optimizer adamw: betas."),
+        click.option("--eps", type=float, help="--optimizer adamw: eps."),
     ]):
         fn = decorator(fn)
     return fn
@@ -192,7 +201,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
             dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims, static_dims), partitioner=o.partitioner,
             train=o.train, force=o.force, name=spec.name, source=spec.source,
             checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
-            task=spec.task, assets=spec.assets,
+            task=spec.task, assets=spec.assets, optimizer=build_optimizer(o, spec.module),
             on_phase=phases.start,
         )
     if o.with_onnx:
@@ -202,6 +211,38 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         bundle = add_artifacts(bundle.path, "onnx", options=BuildOptions(opset=o.opset))
     phases.finish()
     return spec, bundle
+
+
+def build_optimizer(o: ExportOptions, module):
+    """The torch.optim optimizer --optimizer and its hyperparameter options name, or None."""
+    given = {"lr": o.lr, "momentum": o.momentum, "weight_decay": o.weight_decay, "eps": o.eps, "betas": o.betas}
+    if o.optimizer is None:
+        named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None] + (["--nesterov"] if o.nesterov else [])
+        if named:
+            raise click.UsageError(f"{', '.join(named)} set the hyperparameters of --optimizer; name the optimizer.")
+        return None
+    if not o.joint:
+        raise click.UsageError("--optimizer needs --joint: the update runs after the gradients, in the joint graph.")
+    allowed = {"sgd": {"lr", "momentum", "weight_decay"}, "adamw": {"lr", "weight_decay", "eps", "betas"}}[o.optimizer]
+    wrong = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None and k not in allowed]
+    if wrong or (o.nesterov and o.optimizer != "sgd"):
+        raise click.UsageError(f"--optimizer {o.optimizer} takes no {', '.join(wrong or ['--nesterov'])}.")
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    if "betas" in kwargs:
+        try:
+            kwargs["betas"] = tuple(float(b) for b in kwargs["betas"].split(","))
+        except ValueError:
+            kwargs["betas"] = ()
+        if len(kwargs["betas"]) != 2:
+            raise click.UsageError(f"--betas takes two numbers, B1,B2; got {o.betas!r}.")
+    import torch
+
+    try:
+        if o.optimizer == "sgd":
+            return torch.optim.SGD(module.parameters(), **kwargs, nesterov=o.nesterov)
+        return torch.optim.AdamW(module.parameters(), **kwargs)
+    except ValueError as e:  # torch.optim's own check of the values, e.g. nesterov without momentum
+        raise click.UsageError(f"--optimizer {o.optimizer}: {e}") from e
 
 
 def graph_summary(bundle) -> dict:

@@ -74,6 +74,13 @@ def _render(info: dict, top_ops: int) -> None:
         head.add_row(label, value)
     if model.get("task"):
         head.add_row("task", model["task"])
+    opt = info["metadata"].get("optimizer")
+    if opt:
+        hyper = ", ".join(f"{k} {v:g}" for k, v in opt["hyperparameters"].items())
+        flags = "".join(f", {k}" for k, v in opt["options"].items() if v)
+        head.add_row("optimizer", f"{opt['name']} ({hyper}{flags}) in the joint graph: train_step updates "
+                                  f"{len(opt['parameters'])} parameters; state {', '.join(opt['state']) or 'none'} "
+                                  "in optimizer.safetensors")
     ambient = info["metadata"].get("ambient")
     if ambient:
         autocast = ", ".join(f"{d} to {t}" for d, t in ambient["autocast"].items()) or "off"

@@ -35,6 +35,13 @@ class ExportOptions:
     with_onnx: bool = False
     opset: int | None = None
     regions: str | None = None
+    optimizer: str | None = None
+    lr: float | None = None
+    momentum: float | None = None
+    weight_decay: float | None = None
+    nesterov: bool = False
+    betas: str | None = None
+    eps: float | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.capture.finish import CapturedGraph
-from aotc.schema import ProgramMeta, TensorMeta, UserInput
+from aotc.schema import OptimizerInfo, ProgramMeta, TensorMeta, UserInput
 from aotc.subclasses_schema import Subclasses
 
 # Which graphs each capture mode produces.
@@ -56,3 +56,6 @@ class Capture:
     narrowed: list[str] = field(default_factory=list)
     # where the eager model had tensor subclasses (None: it had none)
     subclasses: Subclasses | None = None
+    # the optimizer a joint graph carries, and its state by '<fqn>/<key>' (aotc.optimizers)
+    optimizer: OptimizerInfo | None = None
+    optimizer_state: dict[str, torch.Tensor] = field(default_factory=dict)

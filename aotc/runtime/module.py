@@ -52,8 +52,8 @@ class Program:
         # Where each graph input comes from: ("state", table, name) or ("user", index).
         self.sources = []
         for slot in signature.inputs:
-            if slot.role == "constant":
-                continue  # passed by the graph wrapper (see with_constants)
+            if slot.role in ("constant", "optimizer_state", "hyperparameter"):
+                continue  # passed by the graph wrapper (with_constants) and train_step's optimizer
             if subclasses is not None and slot.target in subclasses.owner:
                 self.sources.append(("inner", slot.target, None))  # a subclass's inner tensor
             elif slot.role in ("parameter", "buffer"):
@@ -179,6 +179,10 @@ class LoadedModule(nn.Module):
                 graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated,
                 meta.programs["forward"],
             )
+        self.optimizer = None  # a joint bundle that carries its optimizer: torch.optim's, holding its state
+        self._fused = None
+        if meta.optimizer is not None:
+            self.optimizer, self._fused = self._fused_optimizer(bundle, meta.optimizer, device)
         self.generation = bundle.manifest.generation  # set for prefill/decode bundles
         self._fast = self._fast_path(graphs.get("inference"), sig.graphs.get("inference"))
         if self._fast is not None and self._ambient_accepts():
@@ -186,6 +190,16 @@ class LoadedModule(nn.Module):
             with torch.no_grad():  # how a served model is called
                 self._fast.accept_current_state()
         self.train(mode == "train")
+
+    def _fused_optimizer(self, bundle: Bundle, info, device: torch.device):
+        from aotc import optimizers
+
+        state = {k: v.to(device) if not k.endswith("/step") else v for k, v in bundle.optimizer_state().items()}
+        state |= {k: v for k, v in optimizers.initial_state(info, None, self).items() if k not in state}
+        optimizer = optimizers.build(info, self, state)
+        updated = [self.get_parameter(s.target) for s in bundle.signature.graphs["joint"].outputs
+                   if s.role == "updated_parameter"]
+        return optimizer, optimizers.FusedOptimizer(info, optimizer, updated)
 
     def _ambient_accepts(self) -> bool:
         try:
@@ -388,7 +402,9 @@ class LoadedModule(nn.Module):
 
     def train_step(self, *args, **kwargs) -> torch.Tensor:
         """Run the joint graph once: accumulate .grad of every parameter (and of user inputs
-        that require grad), update buffers, and return the loss."""
+        that require grad), update buffers, and return the loss. A bundle that carries its
+        optimizer also updates the parameters and `self.optimizer`'s state, leaving the
+        parameters' .grad alone, as `loss.backward(); opt.step(); opt.zero_grad()`."""
         check_joint_step(self)  # refused under DDP/FSDP2, which would never see these gradients
         if "joint" not in self._programs:
             raise ModeError(
@@ -403,9 +419,13 @@ class LoadedModule(nn.Module):
         if program.guard.active:
             program.guard.check(flat)
         primals = program.primals(flat)
+        fused = self._fused
+        extra = fused.inputs() if fused is not None else []
         try:
             with torch.no_grad():
-                outs = list(program.graph(*primals))
+                outs = list(program.graph(*primals, *extra))
+                if fused is not None:  # the new parameters and state: the graph's last outputs
+                    fused.apply(outs[len(outs) - fused.num_outputs:])
             program.epilogue.apply(primals, outs, flat)
         except AotcError:
             raise
@@ -415,9 +435,11 @@ class LoadedModule(nn.Module):
         layer = self._subclasses
         inner_grads = {}
         taken: set[int] = set()  # data pointers already given to a .grad in this step
-        inputs = spans(primals)  # a graph may return an input (or a view of one) as a gradient
+        plan = self._joint_plan(program)
+        # a graph may return an input (or a view of one) as a gradient
+        inputs = spans(primals) if any(kind == "grad" for kind, *_ in plan) else []
         with torch.no_grad():
-            for kind, position, target, always in self._joint_plan(program):
+            for kind, position, target, always in plan:
                 value = outs[position]
                 if kind == "loss":
                     loss = value
@@ -449,6 +471,8 @@ class LoadedModule(nn.Module):
                     plan.append(("loss", position, None, False))
                 elif slot.role == "gradient":
                     name = slot.name.removeprefix("grad:")
+                    if self._fused is not None and program.signature.inputs[names.index(name)].role == "parameter":
+                        continue  # the optimizer took it; eager's zero_grad() leaves no .grad
                     if name in owner:
                         plan.append(("inner", position, name, False))
                     else:
