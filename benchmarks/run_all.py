@@ -5,7 +5,9 @@ For each model and thread count: an inference bundle with aoti and onnx artifact
 timed against the raw AOTInductor runner, eager, torch.compile (cold and warm inductor
 cache) and torch.compile's aot_compile artifact (cold and warm), on inference calls; a
 forward+backward bundle the same way on whole training steps, and a joint bundle's
-`train_step` (the whole step in one graph) beside them. Each variant runs in
+`train_step` (the whole step in one graph) beside them; the inference bundle compiled
+with `--freeze` beside torch.compile with freezing; and a joint bundle that carries SGD
+with momentum (loss, gradients and update in one graph) against eager's same step. Each variant runs in
 `--repeats` fresh processes (the cold-cache ones once); figures are medians, with the
 spread. The compile cost of `aotc compile --no-cache` is set beside torch's own
 `aoti_compile_and_package` on the same ExportedProgram, each in a fresh process with an
@@ -26,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -109,6 +112,8 @@ def main() -> None:
         print(f"wrote {RESULTS}/report.md, report.png")
         return
     sys.path.insert(0, str(ROOT))
+    import torch
+
     import aotc
     from aotc.bench import as_json, bench
     from aotc.errors import AotcError
@@ -139,14 +144,30 @@ def main() -> None:
                                 graphs=("joint",), loss=spec.loss, name=name, source=source,
                                 dynamic_shapes=spec.dynamic_shapes)
             aotc.compile(joint.path)
+            frozen = Path(tmp) / f"{name}-frozen"  # inference with the weights folded in
+            shutil.copytree(Path(tmp) / name, frozen)
+            aotc.compile(frozen, freeze=True)
+            model = load_model(source).module
+            fused = aotc.export(model, (spec.args, spec.kwargs), Path(tmp) / f"{name}-fused", graphs=("joint",),
+                                loss=spec.loss, name=name, source=source, dynamic_shapes=spec.dynamic_shapes,
+                                optimizer=torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+            aotc.compile(fused.path)
             iters = max(20, opts.iters // 10) if name in ("gpt_small", "resnet18") else opts.iters
             for threads in opts.threads:
                 def show(v, part="infer"):
                     print(f"   {threads}t {part} {v}", flush=True)
 
                 entry = {
-                    "inference": as_json(bench(infer.path, iters=iters, warmup=max(2, iters // 10), model=source,
-                                               threads=threads, repeats=opts.repeats, on_variant=show)),
+                    "inference": as_json(
+                        bench(infer.path, iters=iters, warmup=max(2, iters // 10), model=source,
+                              threads=threads, repeats=opts.repeats, on_variant=show)
+                        + bench(frozen, iters=iters, warmup=max(2, iters // 10), baselines=("raw",),
+                                threads=threads, repeats=opts.repeats, on_variant=show, backends=("aoti",))),
+                    # the whole step (SGD with momentum) in one graph, against eager's same step
+                    "fused step": as_json(
+                        bench(fused.path, iters=max(10, iters // 4), warmup=max(2, iters // 40), train=True,
+                              baselines=("eager", "raw"), model=source, threads=threads, repeats=opts.repeats,
+                              on_variant=lambda v: show(v, "fused"))),
                     "training": as_json(
                         bench(train.path, iters=max(10, iters // 4), warmup=max(2, iters // 40), train=True,
                               model=source, threads=threads, repeats=opts.repeats, on_variant=lambda v: show(v, "train"))
@@ -184,18 +205,25 @@ def report_md(results: dict) -> str:
             lines += [f"## {name} ({threads})", "",
                       "| variant | cold start s | median µs | spread | p90 µs | peak MiB | vs eager | "
                       "vs torch.compile | vs raw runner |", "|---|---|---|---|---|---|---|---|---|"]
-            for part in ("inference", "training"):
-                rows = _by_variant(r[part])
+            for part in ("inference", "training", "fused step"):
+                rows = _by_variant(r.get(part, []))
                 eager, tc, raw = rows.get("eager"), rows.get("torch.compile (warm cache)"), rows.get(RAW)
-                for x in r[part]:
-                    label = x["variant"] + (" (train step)" if part == "training" else "")
+                if part == "inference" and "aotc aoti/cpu (frozen)" in rows:
+                    tc = rows.get("torch.compile freezing (warm cache)")  # the frozen row's peer
+                raws = [x for x in r.get(part, []) if x["variant"] == RAW]
+                for x in r.get(part, []):
+                    label = x["variant"] + {"training": " (train step)", "fused step": " (step + SGD momentum)"}.get(part, "")
+                    if part == "inference" and x["variant"] == RAW and len(raws) > 1 and x is raws[-1]:
+                        label += " (frozen)"
+                    own_raw = raws[-1] if part == "inference" and "frozen" in x["variant"] and raws else raw
+                    peer = tc if "frozen" in x["variant"] else rows.get("torch.compile (warm cache)")
                     if not x.get("median_us"):
                         lines.append(f"| {label} | failed: {x['error']} | | | | | | | |")
                         continue
                     spread = "-" if x.get("spread") is None else f"{100 * x['spread']:.0f}%"
                     lines.append(f"| {label} | {x['cold_start_s']:.2f} | {x['median_us']:.1f} | {spread} | "
                                  f"{x['p90_us']:.1f} | {x['peak_memory_mib']:.0f} | {_ratio(eager, x)} | "
-                                 f"{_ratio(tc, x)} | {_ratio(raw, x)} |")
+                                 f"{_ratio(peer, x)} | {_ratio(own_raw, x)} |")
             lines += ["", f"Process start to first eager output (`import torch` + the model's first call): "
                           f"{r['eager_floor_s']:.2f} s."]
             c = r.get("compile")

@@ -195,3 +195,13 @@ def test_cli_exports_inspects_and_verifies_a_fused_step(tmp_path):
     bad = invoke("export", SAMPLES / "mlp.py", "--joint", "--optimizer", "adamw", "--momentum", "0.9", "-o",
                  tmp_path / "x")
     assert bad.exit_code != 0 and "--optimizer adamw takes no --momentum" in bad.stderr
+
+
+@pytest.mark.slow
+def test_bench_times_the_fused_step_and_its_raw_runner(fused_bundles):
+    result = invoke("bench", fused_bundles["adamw"], "--iters", "3", "--warmup", "1", "--baselines", "raw",
+                    "--backend", "aoti", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = {r["variant"]: r for r in json.loads(result.stdout)["results"]}
+    assert set(rows) == {"aotc joint+adamw aoti/cpu", "aoti raw runner"}
+    assert all(r["median_us"] > 0 for r in rows.values())
