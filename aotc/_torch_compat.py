@@ -391,3 +391,12 @@ def mark_optimizer_stepped(optimizer) -> None:
     update inside the graph): torch's LRScheduler reads this flag, set by the wrapper it
     puts around optimizer.step, to warn about a scheduler stepped before its optimizer."""
     optimizer._opt_called = True
+
+
+def inductor_freezing_on() -> None:
+    """Turn inductor's freezing on for this process (bench's `torch.compile freezing`
+    child). `torch.compile(options={"freezing": True})` does not reach the check in
+    compile_fx that decides on freezing; the global config does."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.freezing = True

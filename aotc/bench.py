@@ -154,7 +154,10 @@ def _model_step(spec: dict, device):
         loss_fn = loaded.loss
         call = model
         if variant.startswith("torch.compile freezing"):  # weights folded in, as `aotc compile --freeze`
-            call = torch.compile(model, options={"freezing": True})
+            from aotc import _torch_compat as tc
+
+            tc.inductor_freezing_on()  # a process of its own: nothing else compiles here
+            call = torch.compile(model)
         elif variant.startswith("torch.compile"):
             call = torch.compile(model)
         elif variant.startswith("aot_compile"):
@@ -404,7 +407,6 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     joint = " joint" if "joint" in bundle.graph_kinds else ""  # a whole training step in one graph
     if bundle.metadata.optimizer is not None:  # ... optimizer included
         joint += f"+{bundle.metadata.optimizer.name}"
-
     variants = [(f"aotc{joint} {label}", {"backend": backend}) for label, backend in available]
     if "raw" in baselines and any(b == "aoti" for _, b in available):
         variants.append((RAW, {}))

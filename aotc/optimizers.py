@@ -171,7 +171,8 @@ class FusedOptimizer:
     def __init__(self, info: OptimizerInfo, optimizer, params: list[torch.Tensor]):
         self.info = info
         self.optimizer = optimizer
-        self.params = params
+        self.group = list(optimizer.param_groups[0]["params"])  # every parameter it holds, in order
+        self.params = params  # those the graph updates (a parameter the loss does not reach is not)
         self.names = HYPERPARAMETERS[info.name]
         self.num_outputs = len(params) * (1 + len(info.state))  # new parameters, then new state
         self._hyper: tuple = ((), [])  # (values, tensors) of the last step
@@ -182,8 +183,7 @@ class FusedOptimizer:
         current = hyperparameters(self.info.name, group)
         values = tuple(current[k] for k in self.names)
         if values != self._hyper[0]:
-            device = self.params[0].device if self.params else "cpu"
-            self._hyper = (values, [torch.tensor(v, dtype=torch.float64, device=device) for v in values])
+            self._hyper = (values, hyper_tensors(self.info, current, self.group[0].device))
         self._state_inputs = self._state()
         return [*self._state_inputs, *self._hyper[1]]
 
@@ -201,8 +201,8 @@ class FusedOptimizer:
 
     def _check_group(self) -> dict:
         groups = self.optimizer.param_groups
-        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params) or any(
-                a is not b for a, b in zip(groups[0]["params"], self.params)):
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.group) or any(
+                a is not b for a, b in zip(groups[0]["params"], self.group)):
             raise ModeError("the optimizer of this joint bundle must keep its one parameter group over the module's "
                             "parameters; train_step replays the optimizer the bundle was exported with.")
         group = groups[0]

@@ -205,3 +205,20 @@ def test_bench_times_the_fused_step_and_its_raw_runner(fused_bundles):
     rows = {r["variant"]: r for r in json.loads(result.stdout)["results"]}
     assert set(rows) == {"aotc joint+adamw aoti/cpu", "aoti raw runner"}
     assert all(r["median_us"] > 0 for r in rows.values())
+
+
+def test_a_parameter_the_loss_does_not_reach_is_left_alone(tmp_path):
+    # eager's optimizer skips a parameter whose .grad is None: no weight decay, no momentum
+    model = new_model()
+    model.unused = nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    aotc.export(model, batch(0), tmp_path / "b", graphs=("joint",), loss=mse, optimizer=opt)
+    step = aotc.load(tmp_path / "b", mode="train", backend="fx")
+    before = step.unused.weight.detach().clone()
+    eager = copy.deepcopy(model)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    eager_steps(eager, eager_opt, torch.optim.lr_scheduler.StepLR(eager_opt, 100), range(3))
+    bundle_steps(step, torch.optim.lr_scheduler.StepLR(step.optimizer, 100), range(3))
+    assert torch.equal(step.unused.weight, before) and torch.equal(eager.unused.weight, before)
+    for (name, p), (_, q) in zip(step.named_parameters(), eager.named_parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)

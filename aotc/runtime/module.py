@@ -194,9 +194,7 @@ class LoadedModule(nn.Module):
     def _fused_optimizer(self, bundle: Bundle, info, device: torch.device):
         from aotc import optimizers
 
-        state = {k: v.to(device) if not k.endswith("/step") else v for k, v in bundle.optimizer_state().items()}
-        state |= {k: v for k, v in optimizers.initial_state(info, None, self).items() if k not in state}
-        optimizer = optimizers.build(info, self, state)
+        optimizer = optimizers.build(info, self, bundle.optimizer_state())  # moved to the parameters' device
         updated = [self.get_parameter(s.target) for s in bundle.signature.graphs["joint"].outputs
                    if s.role == "updated_parameter"]
         return optimizer, optimizers.FusedOptimizer(info, optimizer, updated)
