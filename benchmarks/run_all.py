@@ -207,16 +207,17 @@ def report_md(results: dict) -> str:
                       "vs torch.compile | vs raw runner |", "|---|---|---|---|---|---|---|---|---|"]
             for part in ("inference", "training", "fused step"):
                 rows = _by_variant(r.get(part, []))
-                eager, tc, raw = rows.get("eager"), rows.get("torch.compile (warm cache)"), rows.get(RAW)
-                if part == "inference" and "aotc aoti/cpu (frozen)" in rows:
-                    tc = rows.get("torch.compile freezing (warm cache)")  # the frozen row's peer
+                eager = rows.get("eager")
+                # the inference part holds two bundles, each with its raw runner: the unfrozen one
+                # is set beside torch.compile, the frozen one beside torch.compile with freezing
                 raws = [x for x in r.get(part, []) if x["variant"] == RAW]
                 for x in r.get(part, []):
                     label = x["variant"] + {"training": " (train step)", "fused step": " (step + SGD momentum)"}.get(part, "")
-                    if part == "inference" and x["variant"] == RAW and len(raws) > 1 and x is raws[-1]:
+                    frozen = part == "inference" and ("frozen" in x["variant"] or (len(raws) > 1 and x is raws[-1]))
+                    if frozen and x["variant"] == RAW:
                         label += " (frozen)"
-                    own_raw = raws[-1] if part == "inference" and "frozen" in x["variant"] and raws else raw
-                    peer = tc if "frozen" in x["variant"] else rows.get("torch.compile (warm cache)")
+                    own_raw = (raws[-1] if frozen else raws[0]) if raws else None
+                    peer = rows.get("torch.compile freezing (warm cache)" if frozen else "torch.compile (warm cache)")
                     if not x.get("median_us"):
                         lines.append(f"| {label} | failed: {x['error']} | | | | | | | |")
                         continue
