@@ -160,7 +160,8 @@ def build(info: OptimizerInfo, model: torch.nn.Module, state: dict[str, torch.Te
                                 weight_decay=h["weight_decay"], maximize=info.options["maximize"])
     for fqn, p in zip(info.parameters, params):
         for key in info.state:
-            opt.state[p][key] = state[f"{fqn}/{key}"].to(p.device if key != "step" else "cpu").clone()
+            # the step count too on the parameters' device: the graph was compiled with it there
+            opt.state[p][key] = state[f"{fqn}/{key}"].to(p.device).clone()
     return opt
 
 
@@ -195,9 +196,26 @@ class FusedOptimizer:
             for key in keys:
                 value = held.get(key)
                 if value is None:  # after load_state_dict of a fresh optimizer: torch's starting state
-                    value = held[key] = torch.zeros((), dtype=torch.float32) if key == "step" else torch.zeros_like(p)
+                    value = held[key] = (torch.zeros((), dtype=torch.float32, device=p.device) if key == "step"
+                                         else torch.zeros_like(p))
+                elif key == "step" and value.device != p.device:  # load_state_dict keeps steps on the CPU
+                    value = held[key] = value.to(p.device)
                 out.append(value)
+        if len(out) != len(self._state_inputs) or any(a is not b for a, b in zip(out, self._state_inputs)):
+            self._check_state(out)  # new tensors (load_state_dict): the compiled graph reads them blind
         return out
+
+    def _check_state(self, values: list[torch.Tensor]) -> None:
+        per = len(self.info.state)
+        for k, value in enumerate(values):
+            p, key = self.params[k // per], self.info.state[k % per]
+            want = ((), torch.float32, p.device) if key == "step" else (p.shape, p.dtype, p.device)
+            if (value.shape, value.dtype, value.device) != want or not value.is_contiguous():
+                raise ModeError(
+                    f"the optimizer's '{key}' state of a parameter shaped {tuple(p.shape)} is a {value.dtype} "
+                    f"{tuple(value.shape)} on {value.device}; the joint graph takes a contiguous {want[1]} "
+                    f"{tuple(want[0])} on {want[2]}. Load a state_dict saved from this bundle's optimizer."
+                )
 
     def _check_group(self) -> dict:
         groups = self.optimizer.param_groups

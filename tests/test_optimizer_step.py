@@ -222,3 +222,14 @@ def test_a_parameter_the_loss_does_not_reach_is_left_alone(tmp_path):
     assert torch.equal(step.unused.weight, before) and torch.equal(eager.unused.weight, before)
     for (name, p), (_, q) in zip(step.named_parameters(), eager.named_parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_state_that_does_not_fit_the_graph_is_refused(fused_bundles):
+    # torch.optim's load_state_dict does not check state shapes; the compiled graph would
+    # read such a tensor blind
+    step = aotc.load(fused_bundles["adamw"], mode="train", backend="fx")
+    saved = step.optimizer.state_dict()
+    saved["state"][0]["exp_avg"] = torch.zeros(3)
+    step.optimizer.load_state_dict(saved)
+    with pytest.raises(ModeError, match=r"'exp_avg' state of a parameter shaped \(16, 8\) is a torch.float32 \(3,\)"):
+        step.train_step(*batch(0))
