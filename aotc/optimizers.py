@@ -165,12 +165,27 @@ def build(info: OptimizerInfo, model: torch.nn.Module, state: dict[str, torch.Te
     return opt
 
 
+def for_module(module: torch.nn.Module, bundle, info: OptimizerInfo):
+    """A loaded joint bundle's optimizer (torch.optim's, holding the bundle's state on the
+    parameters' device) and the FusedOptimizer that feeds it to the graph."""
+    optimizer = build(info, module, bundle.optimizer_state())
+    sig = bundle.signature.graphs["joint"]
+    updated = [s.target for s in sig.outputs if s.role == "updated_parameter"]
+    # where each updated parameter sits among the runtime's primals (the graph's inputs
+    # without constants and the optimizer's own)
+    model_slots = [s for s in sig.inputs if s.role not in ("constant", "optimizer_state", "hyperparameter")]
+    position = {s.target: i for i, s in enumerate(model_slots) if s.role == "parameter"}
+    params = [module.get_parameter(fqn) for fqn in updated]
+    return optimizer, FusedOptimizer(info, optimizer, params, [position[fqn] for fqn in updated])
+
+
 class FusedOptimizer:
     """Per step: the hyperparameter and state inputs of the graph from the module's
     optimizer, and after the graph, its new parameters and state copied into place."""
 
-    def __init__(self, info: OptimizerInfo, optimizer, params: list[torch.Tensor]):
+    def __init__(self, info: OptimizerInfo, optimizer, params: list[torch.Tensor], positions: list[int]):
         self.info = info
+        self.positions = positions  # of `params` among the joint graph's primals
         self.optimizer = optimizer
         self.group = list(optimizer.param_groups[0]["params"])  # every parameter it holds, in order
         self.params = params  # those the graph updates (a parameter the loss does not reach is not)
@@ -179,7 +194,12 @@ class FusedOptimizer:
         self._hyper: tuple = ((), [])  # (values, tensors) of the last step
         self._state_inputs: list[torch.Tensor] = []
 
-    def inputs(self) -> list[torch.Tensor]:
+    def inputs(self, primals: list) -> list[torch.Tensor]:
+        if any(primals[i] is not p for i, p in zip(self.positions, self.params)):
+            # the graph would read the new tensor and the update would go to the old one
+            raise ModeError("a parameter of this joint bundle was replaced after load; its optimizer holds the "
+                            "parameter it was loaded with. Copy new values in place (load_state_dict, "
+                            "param.data.copy_) instead of assigning a new Parameter.")
         group = self._check_group()
         current = hyperparameters(self.info.name, group)
         values = tuple(current[k] for k in self.names)

@@ -233,3 +233,15 @@ def test_state_that_does_not_fit_the_graph_is_refused(fused_bundles):
     step.optimizer.load_state_dict(saved)
     with pytest.raises(ModeError, match=r"'exp_avg' state of a parameter shaped \(16, 8\) is a torch.float32 \(3,\)"):
         step.train_step(*batch(0))
+
+
+def test_a_replaced_parameter_is_refused_not_left_untrained(fused_bundles):
+    # the graph would read the new Parameter while the update went to the one the optimizer holds
+    step = aotc.load(fused_bundles["sgd"], mode="train", backend="fx")
+    step.fc1.weight = nn.Parameter(torch.zeros_like(step.fc1.weight))
+    with pytest.raises(ModeError, match="a parameter of this joint bundle was replaced after load"):
+        step.train_step(*batch(0))
+    # new values copied in place are what train_step trains
+    fresh = aotc.load(fused_bundles["sgd"], mode="train", backend="fx")
+    fresh.load_state_dict(new_model().state_dict())
+    fresh.train_step(*batch(0))

@@ -18,6 +18,7 @@ from aotc.aliasing import StrideGuard, dense_strides, synthetic_base
 from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
 from aotc.errors import AotcError, FrozenWeightsError, GraphRunError, InputError, ModeError
+from aotc.optimizers import for_module
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs, with_refusing_history
 from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.epilogue import Epilogue
@@ -179,10 +180,8 @@ class LoadedModule(nn.Module):
                 graphs["forward"], graphs["backward"], sig.graphs["forward"], sig.graphs["backward"], mutated,
                 meta.programs["forward"],
             )
-        self.optimizer = None  # a joint bundle that carries its optimizer: torch.optim's, holding its state
-        self._fused = None
-        if meta.optimizer is not None:
-            self.optimizer, self._fused = self._fused_optimizer(bundle, meta.optimizer, device)
+        # a joint bundle that carries its optimizer: torch.optim's, holding its state
+        self.optimizer, self._fused = for_module(self, bundle, meta.optimizer) if meta.optimizer else (None, None)
         self.generation = bundle.manifest.generation  # set for prefill/decode bundles
         self._fast = self._fast_path(graphs.get("inference"), sig.graphs.get("inference"))
         if self._fast is not None and self._ambient_accepts():
@@ -190,14 +189,6 @@ class LoadedModule(nn.Module):
             with torch.no_grad():  # how a served model is called
                 self._fast.accept_current_state()
         self.train(mode == "train")
-
-    def _fused_optimizer(self, bundle: Bundle, info, device: torch.device):
-        from aotc import optimizers
-
-        optimizer = optimizers.build(info, self, bundle.optimizer_state())  # moved to the parameters' device
-        updated = [self.get_parameter(s.target) for s in bundle.signature.graphs["joint"].outputs
-                   if s.role == "updated_parameter"]
-        return optimizer, optimizers.FusedOptimizer(info, optimizer, updated)
 
     def _ambient_accepts(self) -> bool:
         try:
@@ -418,7 +409,7 @@ class LoadedModule(nn.Module):
             program.guard.check(flat)
         primals = program.primals(flat)
         fused = self._fused
-        extra = fused.inputs() if fused is not None else []
+        extra = fused.inputs(primals) if fused is not None else []
         try:
             with torch.no_grad():
                 outs = list(program.graph(*primals, *extra))
