@@ -3,34 +3,22 @@
 from __future__ import annotations
 
 import copy
-import platform
 import warnings
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from aotc.bundle import (
-    METADATA,
-    SIGNATURE,
-    WEIGHTS,
-    Bundle,
-    BundleWriter,
-    check_target,
-    check_writable,
-    staging_dir,
-)
 from aotc._torch_compat import pytree
+from aotc.bundle import Bundle, check_target, check_writable
+from aotc.bundle_write import Check, PhaseCallback, write_bundle
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.model_file import FunctionModule, _split_inputs
-from aotc.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
-
-from aotc import __version__
-
-PhaseCallback = Callable[[str], None]
+from aotc.parity import replay_fresh
+from aotc.schema import Metadata, ModelInfo
+from aotc.size_check import check_small_sizes
 
 
 def mode_for_graphs(graphs: Sequence[str]) -> str:
@@ -42,16 +30,6 @@ def mode_for_graphs(graphs: Sequence[str]) -> str:
         f"graphs={wanted!r} is not a graph set aotc captures; use one of "
         + ", ".join(repr(k) for k in MODES.values())
     )
-
-
-def _write_weights(capture_: Capture, writer: BundleWriter) -> None:
-    from safetensors.torch import save_file
-
-    # safetensors wants contiguous, unshared storage: one copy per name.
-    constants = {k: v for graph in capture_.graphs.values() for k, v in graph.constants.items()}
-    tensors = {k: v.detach().contiguous().clone() for k, v in (capture_.state | constants).items()}
-    save_file(tensors, str(writer.path(WEIGHTS)), metadata={"format": "pt"})
-    writer.add(WEIGHTS, "weights")
 
 
 def export(
@@ -122,7 +100,30 @@ def export(
         task=task,
     )
     return write_bundle(captured, module, args, kwargs, out, mode, info, loss=loss, force=force, assets=assets,
-                        on_phase=on_phase)
+                        on_phase=on_phase, check=export_checks(captured, module, args, kwargs, mode, loss, on_phase))
+
+
+def export_checks(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, mode: str, loss=None,
+                  on_phase: PhaseCallback | None = None) -> Check:
+    """What export checks on the bundle it wrote, before the bundle takes its place: run
+    on fx with the example inputs, it gives eager's results (else CaptureError), and the
+    small sizes of its dynamic dims replay as eager (the metadata's ranges start where
+    they do)."""
+
+    def check(root: Path, metadata: Metadata) -> Metadata:
+        if captured.subclasses is None:  # a subclass bundle loads only with classes the caller trusts
+            if on_phase:
+                on_phase("replay")
+            replay_fresh(root, type(module).__name__)
+        if not captured.small_sizes:
+            return metadata
+        if on_phase:
+            on_phase("sizes")
+        names = [u.name for u in captured.user_inputs]
+        return check_small_sizes(root, metadata, captured.small_sizes, module, pytree.tree_leaves((args, kwargs)),
+                                 captured.in_spec, names, mode, loss, captured.training)
+
+    return check
 
 
 def _with_optimizer(captured: Capture, info, state: dict) -> Capture:
@@ -155,89 +156,3 @@ def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple
         f"(regions= in aotc.export_regions), with the rest staying Python.\n(torch.export: {error})",
         breaks,
     )
-
-
-def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, out: Path, mode: str,
-                 info: ModelInfo, *, loss=None, force: bool = False, assets: dict[str, Path] | None = None,
-                 generation: GenerationInfo | None = None, on_phase: PhaseCallback | None = None) -> Bundle:
-    """Write a captured model as a bundle at `out` (atomically), with eager's references
-    for the example inputs; replay it on them (a bundle that does not give eager's results
-    is never written), and check the small sizes of its dynamic dims."""
-    if on_phase:
-        on_phase("write")
-    from aotc import formats
-
-    from aotc import reference
-    from safetensors.torch import save_file
-
-    names = [u.name for u in captured.user_inputs]
-    from aotc.ambient import current
-
-    ambient = current()  # export leaves the caller's state as it found it
-    fused = (captured.optimizer, captured.optimizer_state) if captured.optimizer is not None else None
-    golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training, fused)
-    with staging_dir(out, force) as root:
-        writer = BundleWriter(root)
-        _write_weights(captured, writer)
-        if captured.optimizer is not None:
-            from aotc.optimizers import OPTIMIZER_STATE
-
-            save_file(captured.optimizer_state, str(writer.path(OPTIMIZER_STATE)), metadata={"format": "pt"})
-            writer.add(OPTIMIZER_STATE, "optimizer")
-        save_file({k: v.contiguous() for k, v in golden.items()}, str(writer.path(reference.REFERENCE)))
-        writer.add(reference.REFERENCE, "reference")
-        formats.get("fx").write(captured, writer)
-        for rel, src in (assets or {}).items():
-            writer.copy(rel, src, "hf")
-        signature = Signature(
-            in_spec=_dumps(captured.in_spec),
-            out_spec=_dumps(captured.out_spec),
-            user_inputs=captured.user_inputs,
-            num_user_outputs=captured.num_user_outputs,
-            graphs={k: g.signature for k, g in captured.graphs.items()},
-            state_aliases=captured.state_aliases,
-            non_persistent_buffers=captured.non_persistent_buffers,
-        )
-        metadata = Metadata(
-            training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs,
-            subclasses=captured.subclasses,
-            ambient=ambient,
-            optimizer=captured.optimizer,
-        )
-        writer.write_json(SIGNATURE, signature, "signature")
-        writer.write_json(METADATA, metadata, "metadata")
-        manifest = Manifest(
-            format_version=FORMAT_VERSION,
-            aotc_version=__version__,
-            torch_version=torch.__version__,
-            python_version=platform.python_version(),
-            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            model=info,
-            graph_kinds=list(captured.graphs),
-            partitioner=captured.partitioner,
-            files=[],  # BundleWriter lists every file it wrote
-            tolerances=tolerances,
-            generation=generation,
-        )
-        writer.write_manifest(manifest)
-        if captured.subclasses is None:  # a subclass bundle loads only with classes the caller trusts
-            if on_phase:
-                on_phase("replay")
-            from aotc.parity import replay_fresh
-
-            replay_fresh(root, type(module).__name__)
-        if captured.small_sizes:
-            if on_phase:
-                on_phase("sizes")
-            from aotc.size_check import check_small_sizes
-
-            flat = pytree.tree_leaves((args, kwargs))
-            metadata = check_small_sizes(root, metadata, captured.small_sizes, module, flat, captured.in_spec, names,
-                                         mode, loss, captured.training)
-            writer.write_json(METADATA, metadata, "metadata")
-            writer.write_manifest(manifest)
-    return Bundle.open(out)
-
-
-def _dumps(spec) -> str:
-    return pytree.treespec_dumps(spec)

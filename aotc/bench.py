@@ -309,7 +309,7 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     from aotc.errors import AotcError
     from aotc.parity import artifacts
 
-    from aotc.regions import is_regional
+    from aotc.regional_bundle import is_regional
 
     if is_regional(path):
         return _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
@@ -361,7 +361,7 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
     """A regional bundle: the model file's model with the regions applied (fx; aoti when
     every group is compiled) on its example inputs, against the baselines."""
     from aotc.errors import AotcError
-    from aotc.regions import RegionalBundle
+    from aotc.regional_bundle import RegionalBundle
 
     if not model:
         raise AotcError(f"'{path}' is a regional bundle: name the model to apply it to with --model (model=).")

@@ -171,7 +171,7 @@ def compile(
     `freeze`, inference graphs are compiled with their weights folded in (exporters/aoti.py):
     faster on CPU convolutions, but the loaded module refuses new weights."""
     from aotc.formats import BuildOptions, add_artifacts
-    from aotc.regions import is_regional, update_groups
+    from aotc.regional_bundle import is_regional, update_groups
 
     if is_regional(path):
         return update_groups(path, lambda group: compile(group, devices, cache_dir=cache_dir, use_cache=use_cache,

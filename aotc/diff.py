@@ -146,7 +146,7 @@ def diff_bundles(old: str | Path, new: str | Path, run: bool = False, trusted_su
 
 
 def _open(path: str | Path, side: str) -> Bundle:
-    from aotc.regions import is_regional
+    from aotc.regional_bundle import is_regional
 
     if is_regional(path):
         raise BundleError(

@@ -6,6 +6,8 @@ is an internal error (exit 2).
 
 from __future__ import annotations
 
+import dataclasses
+
 
 class AotcError(Exception):
     """Base class: a problem with the user's input, not a bug in aotc."""
@@ -33,9 +35,8 @@ class GraphBreakError(CaptureError):
         self.breaks = breaks
 
     def to_json(self) -> dict:
-        from aotc.schema import to_json
-
-        return {"error": str(self), "breaks": [to_json(b) for b in self.breaks]}
+        # plain dataclasses of str, int and list fields (aotc.regions_schema.BreakEntry)
+        return {"error": str(self), "breaks": [dataclasses.asdict(b) for b in self.breaks]}
 
 
 class DynamicShapeError(CaptureError):

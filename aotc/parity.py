@@ -228,7 +228,7 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
     """Verify every artifact of the bundle at `path`; see the module docstring.
     `trusted_subclasses`: as for aotc.load. `on_artifact(label, done, total)` is told
     before each artifact runs (done = how many have), and once more when all have."""
-    from aotc.regions import is_regional
+    from aotc.regional_bundle import is_regional
 
     if is_regional(path):
         return verify_regions(path, model, rtol, atol, run, checkpoint, trusted_subclasses)
@@ -265,7 +265,7 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
     then, given the model file, the whole model with the regions applied against eager
     on its example inputs, for each backend every group has."""
     from aotc.model_file import load_model
-    from aotc.regions import RegionalBundle, apply
+    from aotc.regional_bundle import RegionalBundle, apply
 
     rb = RegionalBundle.open(path)
     report = Report(str(rb.path), ran=run)

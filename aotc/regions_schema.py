@@ -1,4 +1,4 @@
-"""regions.json, a regional bundle's manifest (aotc.regions), as schema dataclasses.
+"""regions.json, a regional bundle's manifest (aotc.regional_bundle), as schema dataclasses.
 
 Read and written with `aotc.schema`'s `from_json`, `to_json` and `json_schema`, like the
 files of an ordinary bundle; each group of regions is an ordinary bundle of its own.

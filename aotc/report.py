@@ -189,7 +189,7 @@ def _op_label(target) -> str:
 
 def build_report(path: str | Path) -> str:
     """The report of the bundle (or regional bundle) at `path`, as one HTML document."""
-    from aotc.regions import RegionalBundle, is_regional
+    from aotc.regional_bundle import RegionalBundle, is_regional
 
     if is_regional(path):
         return _regional_report(RegionalBundle.open(path))

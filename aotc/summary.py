@@ -72,7 +72,7 @@ def subclasses(bundle: Bundle) -> list[dict[str, Any]]:
 
 
 def describe_regions(rb) -> dict[str, Any]:
-    """A regional bundle (aotc.regions.RegionalBundle): its regions, their groups, what
+    """A regional bundle (aotc.regional_bundle.RegionalBundle): its regions, their groups, what
     each group's bundle holds, and the graph-break report."""
     m = rb.manifest
     members = Counter(r.group for r in m.regions)

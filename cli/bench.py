@@ -69,7 +69,7 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
     if record:
         from aotc.bench import times_training
         from aotc.bundle import Bundle
-        from aotc.regions import is_regional
+        from aotc.regional_bundle import is_regional
 
         if is_regional(bundle):
             out.print("[yellow]not recorded[/]: a regional bundle keeps no records")

@@ -163,7 +163,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         if o.with_onnx:
             raise AotcError("--onnx is not supported for generation bundles (prefill + decode); export without it.")
         # a causal LM folder: prefill and decode graphs over a static KV cache, for aotc.generate
-        from aotc.generation import export_generation
+        from aotc.generation_export import export_generation
 
         bundle = export_generation(
             spec.module, target, batch_size=o.batch_size, max_cache_len=o.max_cache_len, force=o.force, name=spec.name,
@@ -246,7 +246,7 @@ def build_optimizer(o: ExportOptions, module):
 
 
 def graph_summary(bundle) -> dict:
-    from aotc.regions import RegionalBundle
+    from aotc.regional_bundle import RegionalBundle
     from aotc.size_check import narrowed
     from aotc.summary import describe, describe_regions
 

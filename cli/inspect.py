@@ -194,7 +194,7 @@ def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
     from aotc.bundle import Bundle
     from aotc.summary import describe
 
-    from aotc.regions import RegionalBundle, is_regional
+    from aotc.regional_bundle import RegionalBundle, is_regional
 
     if is_regional(bundle):
         from aotc.cli.export import print_regions

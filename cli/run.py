@@ -168,7 +168,7 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tu
     from aotc.runtime.inputs import random_inputs
     from aotc.runtime.subclasses import caller_inputs
 
-    from aotc.regions import is_regional
+    from aotc.regional_bundle import is_regional
 
     if is_regional(bundle):
         _run_regions(bundle, run, trusted, as_json)

@@ -89,7 +89,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
 
 
 def _record(bundle: Path, result: dict, out) -> None:
-    from aotc.regions import is_regional
+    from aotc.regional_bundle import is_regional
 
     if is_regional(bundle):
         out.print("[yellow]not recorded[/]: a regional bundle keeps no records (its groups are bundles of their own)")

@@ -254,7 +254,7 @@ def test_report_errors_are_named(tmp_path):
 
 
 def test_a_regional_bundle_shows_its_regions_and_every_group(browser, gpt_regions, tmp_path):
-    from aotc.regions import RegionalBundle
+    from aotc.regional_bundle import RegionalBundle
 
     rb = RegionalBundle.open(gpt_regions)
     _open(browser, _report(gpt_regions, tmp_path / "regions.html"))

@@ -1,0 +1,137 @@
+"""The import graph of aotc's own modules: imports go one way, with no circle.
+
+The graph is read from the source with `ast`: every `import` and `from ... import`
+statement, at module level and inside functions (a function-level import is still a
+dependency, only a later one), plus `aotc.<name>` uses of the package's lazy exports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import aotc
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("aotc", "cli", "exporters")
+
+# The tools over bundles: capture and runtime never reach them (a bundle loads and a model
+# captures without verify, bench, report or export's own checks).
+TOOLS = {
+    "aotc.api", "aotc.parity", "aotc.size_check", "aotc.bench", "aotc.bench_raw", "aotc.diff", "aotc.report",
+    "aotc.regions", "aotc.generation_export", "aotc.records", "aotc.hf", "aotc.observe", "aotc.reference",
+}
+LOWER = ("aotc.capture", "aotc.runtime")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module `name` (a module, or a name inside one) belongs to."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every aotc module `name` imports, wherever the statement stands."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = []
+    imports_package = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                targets.append(alias.name)
+                imports_package |= alias.name == "aotc" and alias.asname is None
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")
+                base = ".".join(parent[: len(parent) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                # `from aotc import load`: a submodule, or one of the package's lazy exports
+                targets.append(aotc._EXPORTS.get(alias.name, full) if base == "aotc" and full not in modules else full)
+    if imports_package:  # `import aotc` then `aotc.load(...)`
+        targets += [aotc._EXPORTS[n.attr] for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name) and n.value.id == "aotc" and n.attr in aotc._EXPORTS]
+    resolved = {_resolve(t, modules) for t in targets}
+    return {m for m in resolved if m is not None and m != name and m != "aotc"}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_every_kind_of_import():
+    graph = _graph()
+    assert "aotc.bundle" in graph["aotc.regional_bundle"]  # module level
+    assert "aotc.runtime.module" in graph["aotc.regional_bundle"]  # inside a function
+    assert "aotc.runtime" in graph["aotc.parity"]  # `import aotc` then `aotc.load(...)`
+    assert "aotc.regions" in graph["cli.export"]  # `from aotc.regions import export_regions`
+
+
+def test_no_import_circle():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_capture_and_runtime_never_import_tools():
+    graph = _graph()
+    assert TOOLS <= set(graph), sorted(TOOLS - set(graph))  # a renamed tool must be renamed here too
+    reached = {
+        (name, dep) for name, deps in graph.items() if name.startswith(LOWER) for dep in deps if dep in TOOLS
+    }
+    assert reached == set()
+
+
+def test_the_library_never_imports_the_cli():
+    graph = _graph()
+    assert {(n, d) for n, deps in graph.items() if not n.startswith("cli") for d in deps if d.startswith("cli")} == set()
