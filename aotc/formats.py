@@ -15,12 +15,13 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
     import torch
 
-    from aotc.bundle import Bundle
+    from aotc.bundle import Bundle, BundleWriter
+    from aotc.capture import Capture
     from aotc.schema import FileKind
 
 Graph = Callable[..., tuple]
@@ -64,7 +65,12 @@ class Format(Protocol):
         """The artifact as a callable over the graph's flat inputs, returning its outputs."""
 
     def build(self, bundle: Bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
-        """Write the artifact of the bundle's `kind` graph for `device` to `target`."""
+        """Write the artifact of the bundle's `kind` graph for `device` to `target`
+        (`aotc compile`); the source format refuses: it is written at export."""
+
+    def write(self, capture: Capture, writer: BundleWriter) -> None:
+        """Write every captured graph into a bundle being written at export; formats
+        built from a bundle's fx graphs refuse: they have no capture to start from."""
 
 
 _REGISTRY = {"fx": "aotc.exporters.fx", "aoti": "aotc.exporters.aoti", "onnx": "aotc.exporters.onnx"}
@@ -79,12 +85,24 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def backends() -> tuple[str, ...]:
+    """What `aotc.load(backend=...)` takes: "auto" (aoti where built, else fx) or a format."""
+    return ("auto", *_REGISTRY)
+
+
+def built_only(name: str) -> None:
+    """The refusal of `write` by a format that is built from a bundle's fx graphs."""
+    from aotc.errors import AotcError
+
+    raise AotcError(f"{name} artifacts are built from a bundle's fx graphs (aotc compile), not written at export.")
+
+
 def get(name: str) -> Format:
     from aotc.errors import AotcError
 
     if name not in _REGISTRY:
         raise AotcError(f"unknown format {name!r}; aotc has {', '.join(_REGISTRY)}.")
-    return importlib.import_module(_REGISTRY[name])  # type: ignore[return-value]
+    return cast(Format, importlib.import_module(_REGISTRY[name]))  # a module with Format's members
 
 
 def add_artifacts(path: str | Path, name: str, devices: Sequence[str] = ("cpu",), kinds: Sequence[str] | None = None,

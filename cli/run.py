@@ -127,7 +127,8 @@ def _run_regions(path: Path, run: RunOptions, trusted, as_json: bool):
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--inputs", "inputs_path", type=click.Path(path_type=Path), help="safetensors file, one tensor per input name.")
 @click.option("--output", "output_path", type=click.Path(path_type=Path), help="Write the outputs to this safetensors file.")
-@click.option("--backend", default="auto", show_default=True, help="auto or fx.")
+@click.option("--backend", default="auto", show_default=True,
+              help="auto (aoti where compiled for the device, else fx), fx, aoti or onnx.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--mode", type=click.Choice(["eval", "train"]), help="Default: eval if the bundle has an eval graph.")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs (and for sampling).")

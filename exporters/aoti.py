@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from aotc.errors import AotcError, BundleError
-from aotc.formats import BuildOptions, Built
+from aotc.formats import BuildOptions, Built, built_only
 from aotc.fingerprint import check_fingerprint
 
 FORMAT = "aoti"
@@ -273,6 +273,10 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     graph = CompiledGraph(run, input_layouts(bundle, kind), frozen)
     weakref.finalize(graph, shutil.rmtree, workdir, True)
     return graph
+
+
+def write(capture, writer) -> None:
+    built_only(FORMAT)
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:

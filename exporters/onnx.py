@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from aotc.errors import AotcError, BundleError
-from aotc.formats import BuildOptions, Built
+from aotc.formats import BuildOptions, Built, built_only
 
 FORMAT = "onnx"
 FILE_KIND = "onnx"
@@ -326,6 +326,10 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
     from aotc.bundle import load_exported_program
 
     return OnnxGraph(session, output_layouts(load_exported_program(bundle.graph_path(kind))))
+
+
+def write(capture, writer) -> None:
+    built_only(FORMAT)
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:

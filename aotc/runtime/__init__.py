@@ -7,8 +7,8 @@ from aotc.devices import resolve_device
 from aotc.errors import AotcError, BundleError, ModeError
 from aotc.runtime.module import LoadedModule
 
-BACKENDS = ("auto", "fx", "aoti", "onnx")
 MODES = ("eval", "train")
+BACKENDS = ("auto", "fx", "aoti", "onnx")  # kept for importers; load() takes formats.backends(), the registry's
 
 
 def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_subclasses=()) -> LoadedModule:
@@ -31,8 +31,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     device = resolve_device(device)
     from aotc import formats
 
-    if backend not in BACKENDS:
-        raise AotcError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}.")
+    if backend not in formats.backends():
+        raise AotcError(f"backend must be one of {', '.join(formats.backends())}, not {backend!r}.")
     if backend == "auto":
         # the compiled artifact for this device when the bundle has one, else the fx graphs
         backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"

@@ -1,4 +1,5 @@
-"""The import graph of aotc's own modules: imports go one way, with no circle.
+"""aotc's architecture, checked: the import graph of its own modules (imports go one
+way, with no circle), and the exporter interface every format implements.
 
 The graph is read from the source with `ast`: every `import` and `from ... import`
 statement, at module level and inside functions (a function-level import is still a
@@ -10,7 +11,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import aotc
+from aotc import formats
+from aotc.errors import AotcError
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("aotc", "cli", "exporters")
@@ -135,3 +140,24 @@ def test_capture_and_runtime_never_import_tools():
 def test_the_library_never_imports_the_cli():
     graph = _graph()
     assert {(n, d) for n, deps in graph.items() if not n.startswith("cli") for d in deps if d.startswith("cli")} == set()
+
+
+def test_every_format_has_every_member_the_library_calls():
+    members = [n for n in formats.Format.__dict__ if not n.startswith("_")] + list(formats.Format.__annotations__)
+    assert {"FORMAT", "FILE_KIND", "artifact_path", "has_artifacts", "load_graph", "build", "write"} <= set(members)
+    for name in formats.names():
+        module = formats.get(name)
+        assert module.FORMAT == name
+        assert [m for m in members if not hasattr(module, m)] == [], name
+    assert formats.backends() == ("auto", *formats.names())
+
+
+@pytest.mark.parametrize("name", ["aoti", "onnx"])
+def test_built_formats_refuse_to_be_written_at_export(name):
+    with pytest.raises(AotcError, match="built from a bundle's fx graphs"):
+        formats.get(name).write(None, None)
+
+
+def test_fx_refuses_to_be_built(tmp_path):
+    with pytest.raises(AotcError, match="written at export"):
+        formats.get("fx").build(None, "inference", "cpu", tmp_path, formats.BuildOptions())
