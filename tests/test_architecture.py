@@ -4,6 +4,8 @@ way, with no circle), and the exporter interface every format implements.
 The graph is read from the source with `ast`: every `import` and `from ... import`
 statement, at module level and inside functions (a function-level import is still a
 dependency, only a later one), plus `aotc.<name>` uses of the package's lazy exports.
+Imports under `if TYPE_CHECKING:` are left out: they name types for annotations and
+never run.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """Every aotc module `name` imports, wherever the statement stands."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):  # drop `if TYPE_CHECKING:` blocks
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
     targets = []
     imports_package = False
     for node in ast.walk(tree):
@@ -122,6 +127,12 @@ def test_the_graph_sees_every_kind_of_import():
 
 def test_no_import_circle():
     assert _cycles(_graph()) == []
+
+
+def test_type_checking_imports_are_not_dependencies():
+    graph = _graph()
+    assert "aotc.runtime.module" not in graph["aotc.runtime.joint_step"]  # only under TYPE_CHECKING
+    assert "aotc.runtime.joint_step" in graph["aotc.runtime.module"]
 
 
 def test_the_cycle_finder_finds_a_circle():

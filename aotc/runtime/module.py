@@ -1,7 +1,8 @@
 """The module `aotc.load` returns: weights as real Parameters/buffers, and per call the
 wrapper stack of DESIGN.md (signature -> dedupe -> alias guard -> autograd -> epilogue ->
 backend), each layer built once at load and skipped when the metadata says it has nothing
-to do.
+to do. Each program's inputs, guards and epilogue are built in runtime/program;
+`train_step`'s work is in runtime/joint_step.
 """
 
 from __future__ import annotations
@@ -14,99 +15,22 @@ from torch import nn
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.outputs import load_spec
-from aotc.aliasing import StrideGuard, dense_strides, synthetic_base
+from aotc.aliasing import StrideGuard, dense_strides
 from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
 from aotc.bundle import Bundle
 from aotc.errors import AotcError, FrozenWeightsError, GraphRunError, InputError, ModeError
 from aotc.optimizers import for_module
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs, with_refusing_history
-from aotc.runtime.distributed import check_joint_step
-from aotc.runtime.epilogue import Epilogue
-from aotc.runtime.grads import accumulate, spans
 from aotc.runtime.fast_path import MISS, FastPath, layouts_checkable
-from aotc.runtime.inputs import CallStructure, build_checks, build_guard
+from aotc.runtime.inputs import CallStructure, build_checks
+from aotc.runtime.joint_step import joint_step
+from aotc.runtime.program import Program, with_constants
 from aotc.runtime.state import FrozenState, populate, refusal, slot_getter
 from aotc.runtime.subclasses import SubclassLayer
-from aotc.schema import GraphSignature, ProgramMeta
 
 Graph = Callable[..., tuple]
 _global_hooks = tc.module_hooks_registered()
 _APPLY = tc.function_apply(GraphFunction)
-
-
-def with_constants(graph: Graph, signature: GraphSignature, stored: dict, device: torch.device) -> Graph:
-    """`graph`, taking its lifted constants (its last inputs) from the bundle's weights."""
-    constants = [stored[s.target].to(device) for s in signature.inputs if s.role == "constant"]
-    if not constants:
-        return graph
-    return lambda *args: graph(*args, *constants)
-
-
-class Program:
-    """One captured program (inference, forward+backward, or joint) ready to call."""
-
-    def __init__(self, root: nn.Module, kind: str, signature: GraphSignature, meta: ProgramMeta,
-                 training: bool, user_inputs, graph: Graph, user_meta, subclasses: SubclassLayer | None = None):
-        self.kind = kind
-        self.signature = signature
-        self.graph = graph
-        # Where each graph input comes from: ("state", table, name) or ("user", index).
-        self.sources = []
-        for slot in signature.inputs:
-            if slot.role in ("constant", "optimizer_state", "hyperparameter"):
-                continue  # passed by the graph wrapper (with_constants) and train_step's optimizer
-            if subclasses is not None and slot.target in subclasses.owner:
-                self.sources.append(("inner", slot.target, None))  # a subclass's inner tensor
-            elif slot.role in ("parameter", "buffer"):
-                self.sources.append(("state", *slot_getter(root, slot.target)))
-            elif slot.role == "synthetic_base":
-                self.sources.append(("base", slot.index, None))
-            else:
-                self.sources.append(("user", slot.index, None))
-        self.epilogue = Epilogue(meta, signature, training)
-        # user inputs this program fixes where the bundle's inputs are dynamic (a decode
-        # graph takes one token; the prefill graph of the same bundle, any number)
-        shapes = {i.name: i.tensor.shape for i in meta.inputs if i.kind == "user_input" and i.tensor
-                  and not i.tensor.dynamic_dims}
-        self.static_shapes = {
-            k: (u.name, torch.Size(shapes[u.name])) for k, u in enumerate(user_inputs)
-            if u.name in shapes and user_meta[k].dynamic_dims
-        }
-        self.guard = build_guard(meta, user_inputs)
-        self.requires_grad = [i.requires_grad for i in meta.inputs]
-        # user inputs the graphs were traced without a gradient for (forward+backward graphs)
-        self.gradless_inputs = [
-            slot.index for slot, info in zip([s for s in signature.inputs if s.role != "constant"], meta.inputs)
-            if slot.role == "user_input" and not info.requires_grad
-        ]
-        self.set_requires_grad = meta.inputs_set_requires_grad
-        # an inference graph called under grad mode: the outputs eager gives history
-        self.inference = kind in ("inference", "prefill", "decode")
-        self.with_history = meta.outputs_with_history
-        self._state = [(table, name) for src, table, name in self.sources if src == "state"]
-        self._user = [table for src, table, _ in self.sources if src == "user"]
-        # Graph inputs are (state..., user inputs...) in capture order; else gather one by one.
-        kinds = [src for src, _, _ in self.sources]
-        self._layout_simple = kinds == ["state"] * len(self._state) + ["user"] * len(self._user)
-        self._dense_state = subclasses.dense_state if subclasses is not None and "inner" in kinds else None
-
-    def check_static_shapes(self, flat) -> None:
-        for k, (name, shape) in self.static_shapes.items():
-            if flat[k].shape != shape:
-                raise InputError(
-                    f"input '{name}' has shape {tuple(flat[k].shape)}; the {self.kind} graph takes "
-                    f"{tuple(shape)}."
-                )
-
-    def primals(self, flat) -> list:
-        if self._layout_simple:
-            return [table[name] for table, name in self._state] + [flat[i] for i in self._user]
-        dense = self._dense_state() if self._dense_state is not None else {}
-        return [
-            table[name] if src == "state" else synthetic_base(flat[table]) if src == "base"
-            else dense[table] if src == "inner" else flat[table]
-            for src, table, name in self.sources
-        ]
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -394,80 +318,7 @@ class LoadedModule(nn.Module):
         that require grad), update buffers, and return the loss. A bundle that carries its
         optimizer also updates the parameters and `self.optimizer`'s state, leaving the
         parameters' .grad alone, as `loss.backward(); opt.step(); opt.zero_grad()`."""
-        check_joint_step(self)  # refused under DDP/FSDP2, which would never see these gradients
-        if "joint" not in self._programs:
-            raise ModeError(
-                f"train_step needs a joint bundle; this one has {', '.join(self._graph_kinds)}. "
-                "Export a joint bundle (graphs=(\"joint\",); aotc export --joint), or call the module and .backward() "
-                "for a forward+backward bundle."
-            )
-        program = self._programs["joint"]
-        if self._ambient.active:
-            self._ambient.check()
-        flat = self._flatten(args, kwargs)
-        if program.guard.active:
-            program.guard.check(flat)
-        primals = program.primals(flat)
-        fused = self._fused
-        extra = fused.inputs(primals) if fused is not None else []
-        try:
-            with torch.no_grad():
-                outs = list(program.graph(*primals, *extra))
-                if fused is not None:  # the new parameters and state: the graph's last outputs
-                    fused.apply(outs[len(outs) - fused.num_outputs:])
-            program.epilogue.apply(primals, outs, flat)
-        except AotcError:
-            raise
-        except Exception as e:
-            raise GraphRunError(self._failure("joint", e, flat)) from e
-        loss = None
-        layer = self._subclasses
-        inner_grads = {}
-        taken: set[int] = set()  # data pointers already given to a .grad in this step
-        plan = self._joint_plan(program)
-        # a graph may return an input (or a view of one) as a gradient
-        inputs = spans(primals) if any(kind == "grad" for kind, *_ in plan) else []
-        with torch.no_grad():
-            for kind, position, target, always in plan:
-                value = outs[position]
-                if kind == "loss":
-                    loss = value
-                elif kind == "inner":
-                    inner_grads[target] = value  # a subclass parameter's: set below, as the subclass
-                else:
-                    tensor = primals[target]
-                    if tensor.requires_grad or always:
-                        ptr = value.data_ptr()
-                        shared = (ptr in taken or not value.is_contiguous() or value.numel() == 0
-                                  or any(a <= ptr < b for a, b in inputs))
-                        accumulate(tensor, value, shared)
-                        taken.add(ptr)
-            for fqn, grad in (layer.outer_grads(inner_grads) if layer is not None else {}).items():
-                accumulate(self.get_parameter(fqn), grad, True)
-        return loss
-
-    def _joint_plan(self, program: Program) -> list[tuple[str, int, object, bool]]:
-        """Per joint-graph output that matters: ("loss" | "grad" | "inner", output
-        position, the primal index (or inner tensor name) it is the gradient of, whether
-        to set it even when that tensor does not require grad). Built on first use."""
-        plan = getattr(program, "joint_plan", None)
-        if plan is None:
-            names = [s.name for s in program.signature.inputs]
-            owner = self._subclasses.owner if self._subclasses is not None else {}
-            plan = []
-            for position, slot in enumerate(program.signature.outputs):
-                if slot.role == "loss":
-                    plan.append(("loss", position, None, False))
-                elif slot.role == "gradient":
-                    name = slot.name.removeprefix("grad:")
-                    if self._fused is not None and program.signature.inputs[names.index(name)].role == "parameter":
-                        continue  # the optimizer took it; eager's zero_grad() leaves no .grad
-                    if name in owner:
-                        plan.append(("inner", position, name, False))
-                    else:
-                        plan.append(("grad", position, names.index(name), slot.index is None))
-            program.joint_plan = plan
-        return plan
+        return joint_step(self, args, kwargs)
 
     def _program_for_call(self) -> Program:
         if self.training:
