@@ -16,6 +16,9 @@ Reading compares JSON, text and safetensors only: nothing is unpickled, loaded o
 Only `run=True` loads the bundles (their graphs, compiled artifacts included) and calls
 them, as `aotc.load` does.
 
+The result classes are in aotc.diff_change, the weight and output comparisons in
+aotc.diff_tensors.
+
 Example::
 
     import aotc.diff
@@ -27,105 +30,22 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from aotc.bundle import Bundle
 from aotc.errors import BundleError
+from aotc.diff_change import KINDS, ChangeKind  # noqa: F401 (public here: cli.diff, users)
+from aotc.diff_change import BundleDiff, Change, Facts, keyed
+from aotc.diff_tensors import output_changes, weight_changes
+from aotc.diff_tensors import tensor_change  # noqa: F401 (public here: tests, users)
 from aotc.schema import Slot, TensorMeta
-
-ChangeKind = Literal["signature", "ops", "weights", "files", "build", "outputs"]
-KINDS: tuple[str, ...] = typing.get_args(ChangeKind)
-What = Literal["added", "removed", "changed"]
-# attribute -> value, e.g. {"role": "buffer", "shape": [8, "2..64"], "dtype": "float32"}
-Facts = dict[str, Any]
 
 # graph inputs that are weights.safetensors tensors
 _STATE_ROLES = ("parameter", "buffer", "constant")
 # manifest fields whose change is a change of the build, not of the model
 _VERSIONS = ("format_version", "aotc_version", "torch_version", "python_version")
-
-
-@dataclass(frozen=True)
-class Change:
-    """One difference between OLD and NEW.
-
-    `subject` names what changed the way a person would ("inference: input x", a weight's
-    FQN, a file's path). `old`/`new` are JSON values: None on the side where the subject
-    is absent; for a changed subject with several attributes, dicts holding only the
-    attributes that differ. `max_abs` is set for tensors (weights, outputs) of the same
-    shape and dtype whose values differ: the largest |new - old| over the positions where
-    both are finite; `note` says what that number leaves out (NaN or inf that appeared or
-    went away), or why the bytes differ while the values do not.
-    """
-
-    kind: ChangeKind
-    subject: str
-    what: What
-    old: Any = None
-    new: Any = None
-    max_abs: float | None = None
-    note: str = ""
-
-    def text(self) -> str:
-        """One line for people: subject, then what happened to it."""
-        if self.what == "added":
-            body = "added" + (f" ({_show(self.new)})" if self.new is not None else "")
-        elif self.what == "removed":
-            body = "removed" + (f" (was {_show(self.old)})" if self.old is not None else "")
-        elif self.max_abs is not None:
-            body = f"max abs change {self.max_abs:.6g}"
-        elif isinstance(self.old, dict) and isinstance(self.new, dict):
-            body = "; ".join(f"{k} {_show(self.old.get(k))} -> {_show(self.new.get(k))}"
-                             for k in dict.fromkeys([*self.old, *self.new]))
-        else:
-            body = f"{_show(self.old)} -> {_show(self.new)}"
-        return f"{self.subject}: {body}" + (f" ({self.note})" if self.note else "")
-
-
-@dataclass(frozen=True)
-class BundleDiff:
-    """Every change from the bundle at `old` to the one at `new`, in KINDS order.
-
-    `skipped` says what was not compared and why (outputs of a bundle with no inference
-    graph, say); `ran` is whether outputs were compared at all (run=True). The exit-code
-    rule lives here: 1 when a change of a kind that counts was found, else 0.
-    """
-
-    old: str
-    new: str
-    changes: tuple[Change, ...]
-    skipped: tuple[str, ...] = ()
-    ran: bool = False
-
-    def counts(self) -> dict[str, int]:
-        """Changes per kind, only kinds that have some, in KINDS order."""
-        found = Counter(c.kind for c in self.changes)
-        return {k: found[k] for k in KINDS if found[k]}
-
-    def exit_code(self, fail_on: typing.Iterable[str] = KINDS) -> int:
-        return 1 if any(c.kind in set(fail_on) for c in self.changes) else 0
-
-    def summary(self) -> str:
-        """'3 changes: 2 weights, 1 ops', or 'no changes'."""
-        if not self.changes:
-            return "no changes"
-        n = len(self.changes)
-        return f"{n} change{'s' if n != 1 else ''}: " + ", ".join(f"{c} {k}" for k, c in self.counts().items())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "old": self.old,
-            "new": self.new,
-            "ran": self.ran,
-            "counts": self.counts(),
-            "changes": [dataclasses.asdict(c) for c in self.changes],
-            "skipped": list(self.skipped),
-        }
 
 
 def diff_bundles(old: str | Path, new: str | Path, run: bool = False, trusted_subclasses=()) -> BundleDiff:
@@ -159,56 +79,23 @@ def _open(path: str | Path, side: str) -> Bundle:
         raise BundleError(f"cannot read the {side} bundle: {e}") from e
 
 
-# ------------------------------------------------------------------------------ keyed diffs
-
-
-def _keyed(kind: ChangeKind, old: dict[str, Any], new: dict[str, Any], label=lambda key: key) -> list[Change]:
-    """Changes between two mappings of subject -> value (a Facts dict or a plain value):
-    keys on one side only are added/removed; a dict value reports only its differing keys."""
-    changes = []
-    for key in dict.fromkeys([*old, *new]):
-        if key not in new:
-            changes.append(Change(kind, label(key), "removed", old=old[key]))
-        elif key not in old:
-            changes.append(Change(kind, label(key), "added", new=new[key]))
-        elif old[key] != new[key]:
-            before, after = _differing(old[key], new[key])
-            changes.append(Change(kind, label(key), "changed", old=before, new=after))
-    return changes
-
-
-def _differing(old: Any, new: Any) -> tuple[Any, Any]:
-    if not (isinstance(old, dict) and isinstance(new, dict)):
-        return old, new
-    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
-    return {k: old.get(k) for k in keys}, {k: new.get(k) for k in keys}
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {_show(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    return str(value)
-
-
 # ------------------------------------------------------------------------------- signature
 
 
 def signature_changes(old: Bundle, new: Bundle) -> list[Change]:
     """Graphs added or removed, then per graph kind both have: inputs, outputs,
     mutations and aliases; then the model's mode, input/output structure and ambient state."""
-    changes = _keyed("signature", {k: None for k in old.graph_kinds}, {k: None for k in new.graph_kinds},
+    changes = keyed("signature", {k: None for k in old.graph_kinds}, {k: None for k in new.graph_kinds},
                      lambda k: f"graph {k}")
     for kind in (k for k in old.graph_kinds if k in new.graph_kinds):
         changes += _input_changes(old, new, kind)
-        changes += _keyed("signature", _output_facts(old, kind), _output_facts(new, kind),
+        changes += keyed("signature", _output_facts(old, kind), _output_facts(new, kind),
                           lambda n: f"{kind}: output {n}")
-        changes += _keyed("signature", _mutations(old, kind), _mutations(new, kind),
+        changes += keyed("signature", _mutations(old, kind), _mutations(new, kind),
                           lambda n: f"{kind}: mutation of {n}")
-        changes += _keyed("signature", _aliases(old, kind), _aliases(new, kind),
+        changes += keyed("signature", _aliases(old, kind), _aliases(new, kind),
                           lambda n: f"{kind}: alias output {n}")
-    changes += _keyed("signature", _model_facts(old), _model_facts(new))
+    changes += keyed("signature", _model_facts(old), _model_facts(new))
     return changes
 
 
@@ -262,7 +149,7 @@ def _input_changes(old: Bundle, new: Bundle, kind: str) -> list[Change]:
     # a weight added or removed is reported once, by the weights kind
     before = {k: v for k, v in before.items() if k in after or v.get("role") not in _STATE_ROLES}
     after = {k: v for k, v in after.items() if k in before or v.get("role") not in _STATE_ROLES}
-    return _keyed("signature", before, after, lambda n: f"{kind}: input {n}")
+    return keyed("signature", before, after, lambda n: f"{kind}: input {n}")
 
 
 def _output_facts(bundle: Bundle, kind: str) -> dict[str, Facts]:
@@ -342,59 +229,6 @@ def op_changes(old: Bundle, new: Bundle) -> list[Change]:
     return changes
 
 
-# --------------------------------------------------------------------------------- weights
-
-
-def weight_changes(old: Bundle, new: Bundle) -> list[Change]:
-    """Tensors of weights.safetensors (parameters, buffers, constants; a tensor subclass as
-    its `fqn:inner` tensors) added, removed, of another shape or dtype, or with other values."""
-    w_old, w_new = old.weights(), new.weights()  # safetensors, checked against the metadata
-    changes = _keyed("weights", {n: _tensor_label(t) for n, t in w_old.items()},
-                     {n: _tensor_label(t) for n, t in w_new.items()})
-    reshaped = {c.subject for c in changes}
-    for name in sorted(n for n in w_old.keys() & w_new.keys() if n not in reshaped):
-        change = tensor_change("weights", name, w_old[name], w_new[name])
-        if change is not None:
-            changes.append(change)
-    return changes
-
-
-def tensor_change(kind: ChangeKind, subject: str, old, new) -> Change | None:
-    """None when `old` and `new` hold the same bytes; else a Change with how much they differ.
-
-    Shape or dtype differing is reported as such (no number). Otherwise `max_abs` is over
-    the positions where both values are finite, in float64 (complex128 for complex), and
-    positions where a NaN or inf appeared, went away or changed sign are counted in the note,
-    so that a NaN never hides inside a small max_abs.
-    """
-    import torch
-
-    if old.shape != new.shape or old.dtype != new.dtype:
-        return Change(kind, subject, "changed", *_differing(_tensor_label(old), _tensor_label(new)))
-    if _same_bytes(old, new):
-        return None
-    wide = torch.complex128 if old.is_complex() else torch.float64
-    a, b = old.detach().cpu().to(wide), new.detach().cpu().to(wide)
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    delta = (b - a).abs()[finite]
-    max_abs = delta.max().item() if delta.numel() else 0.0
-    same_nonfinite = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    nonfinite = int((~finite & ~same_nonfinite).sum())
-    note = f"{nonfinite} values became or stopped being NaN/inf" if nonfinite else (
-        "bytes differ, values compare equal (e.g. -0.0 and 0.0)" if max_abs == 0 else "")
-    return Change(kind, subject, "changed", max_abs=max_abs, note=note)
-
-
-def _same_bytes(a, b) -> bool:
-    import torch
-
-    def raw(t):
-        return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-
-    # bytes, not values: NaN == NaN here, and -0.0 differs from 0.0
-    return torch.equal(raw(a), raw(b))
-
-
 # ----------------------------------------------------------------------------- files, build
 
 
@@ -422,69 +256,10 @@ def file_changes(old: Bundle, new: Bundle) -> list[Change]:
 def build_changes(old: Bundle, new: Bundle) -> list[Change]:
     """Versions in the manifests, then, for each file both list with a build fingerprint
     (compiled artifacts, ONNX models), every fingerprint key that differs."""
-    changes = _keyed("build", {v: getattr(old.manifest, v) for v in _VERSIONS},
+    changes = keyed("build", {v: getattr(old.manifest, v) for v in _VERSIONS},
                      {v: getattr(new.manifest, v) for v in _VERSIONS})
     before = {f.path: f.build for f in old.manifest.files if f.build is not None}
     after = {f.path: f.build for f in new.manifest.files if f.build is not None}
     for path in (p for p in before if p in after):
-        changes += _keyed("build", before[path], after[path], lambda key: f"{path}: {key}")
+        changes += keyed("build", before[path], after[path], lambda key: f"{path}: {key}")
     return changes
-
-
-# --------------------------------------------------------------------------------- outputs
-
-
-def output_changes(old: Bundle, new: Bundle, trusted=()) -> tuple[list[Change], list[str]]:
-    """Both bundles loaded (`aotc.load`, backend auto, eval) and called on OLD's golden
-    inputs (reference.safetensors); each output leaf of NEW against OLD's. Returns the
-    changes and, when outputs could not be compared, why (never a silent pass)."""
-    from aotc.errors import InputError
-    from aotc.parity import _golden, _golden_inputs
-    from aotc.reference import REFERENCE
-
-    for side, bundle in (("old", old), ("new", new)):
-        if "inference" not in bundle.graph_kinds or bundle.metadata.training:
-            has = ", ".join(bundle.graph_kinds) + (", captured in train mode" if bundle.metadata.training else "")
-            return [], [f"outputs: the {side} bundle '{bundle.path}' has no eval-mode inference graph (it has "
-                        f"{has}); outputs are compared for inference bundles only."]
-    if old.manifest.file(REFERENCE) is None:
-        return [], [f"outputs: the old bundle '{old.path}' has no {REFERENCE} to take golden inputs from; "
-                    "export it again with this aotc."]
-    inputs = _golden_inputs(old, _golden(old), trusted)
-    records = {}
-    for side, bundle in (("old", old), ("new", new)):
-        try:
-            records[side] = _run(bundle, inputs, trusted)
-        except InputError as e:
-            return [], [f"outputs: the {side} bundle does not take the old bundle's golden inputs: {e}"]
-    before, after = _outputs(records["old"]), _outputs(records["new"])
-    changes = []
-    for key in dict.fromkeys([*before, *after]):
-        if key not in after:
-            changes.append(Change("outputs", key, "removed", old=_tensor_label(before[key])))
-        elif key not in before:
-            changes.append(Change("outputs", key, "added", new=_tensor_label(after[key])))
-        else:
-            change = tensor_change("outputs", key, before[key], after[key])
-            if change is not None:
-                changes.append(change)
-    return changes, []
-
-
-def _run(bundle: Bundle, inputs, trusted) -> dict:
-    import aotc
-    from aotc.observe import observe
-
-    module = aotc.load(bundle.path, trusted_subclasses=trusted)
-    args, kwargs = inputs
-    return observe(module, args, kwargs, [u.name for u in bundle.signature.user_inputs], "inference")
-
-
-def _outputs(record: dict) -> dict:
-    """The output leaves of an observe() record (it also holds inputs and buffers after the
-    call; those are the weights and the signature's mutations, reported there)."""
-    return {k: v for k, v in record.items() if k.startswith("output[")}  # aotc.observe.output_key
-
-
-def _tensor_label(t) -> dict[str, Any]:
-    return {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
