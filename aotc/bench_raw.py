@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import tempfile
 
+RAW = "aoti raw runner"  # the variant's name in bench's tables
+
 
 def raw_step(spec: dict, device):
     """The compiled packages called bare on flat tensors gathered once; returns step()."""

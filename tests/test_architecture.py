@@ -25,8 +25,9 @@ PACKAGES = ("aotc", "cli", "exporters")
 # The tools over bundles: capture and runtime never reach them (a bundle loads and a model
 # captures without verify, bench, report or export's own checks).
 TOOLS = {
-    "aotc.api", "aotc.parity", "aotc.size_check", "aotc.bench", "aotc.bench_raw", "aotc.diff", "aotc.report",
-    "aotc.regions", "aotc.generation_export", "aotc.records", "aotc.hf", "aotc.observe", "aotc.reference",
+    "aotc.api", "aotc.parity", "aotc.size_check", "aotc.bench", "aotc.bench_child", "aotc.bench_raw", "aotc.diff",
+    "aotc.diff_change", "aotc.diff_tensors", "aotc.report", "aotc.report_graph", "aotc.regions",
+    "aotc.generation_export", "aotc.records", "aotc.hf", "aotc.observe", "aotc.reference",
 }
 LOWER = ("aotc.capture", "aotc.runtime")
 
