@@ -232,7 +232,7 @@ class Bundle:
 
     def load_program(self, kind: str):
         """The graph's ExportedProgram, checked against the signature. See `load_exported_program`."""
-        from aotc.bundle_check import check_program
+        from aotc.content_check import check_program
 
         program = load_exported_program(self.graph_path(kind))
         check_program(self, kind, program)
@@ -240,7 +240,7 @@ class Bundle:
 
     def weights(self) -> dict:
         """Every tensor of weights.safetensors, checked against what the graphs take."""
-        from aotc.bundle_check import check_weights
+        from aotc.content_check import check_weights
 
         tensors = load_safetensors(self.path / WEIGHTS)
         check_weights(self, tensors)
@@ -249,7 +249,7 @@ class Bundle:
     def optimizer_state(self) -> dict:
         """The state of the optimizer a joint bundle carries ('<fqn>/<key>' -> tensor),
         checked against what its graph takes; {} for a bundle without one."""
-        from aotc.bundle_check import check_optimizer_state
+        from aotc.content_check import check_optimizer_state
         from aotc.optimizers import OPTIMIZER_STATE
 
         if self.metadata.optimizer is None:

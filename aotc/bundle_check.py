@@ -1,4 +1,5 @@
-"""A bundle's JSON checked against itself, its graphs and its weights, before any use.
+"""A bundle's JSON checked against itself, before any use (aotc.content_check checks
+the graphs, weights and optimizer state against it as they are read).
 
 The schema (aotc.schema) says each field has the right type; a bundle whose files were
 edited and re-hashed can still be well-typed and wrong: an index past the end of a list,
@@ -34,7 +35,7 @@ _OPTIMIZER_INPUTS = {"optimizer_state", "hyperparameter"}
 _OPTIMIZER_OUTPUTS = {"updated_parameter", "optimizer_state"}
 
 
-class _Where:
+class Where:
     """Names the file and field of a problem."""
 
     def __init__(self, root: Path):
@@ -61,7 +62,7 @@ def _index_ok(value: object, length: int) -> bool:
     return isinstance(value, int) and 0 <= value < length
 
 
-def check_tensor(t: TensorMeta, w: _Where, file: str, field: str) -> None:
+def check_tensor(t: TensorMeta, w: Where, file: str, field: str) -> None:
     if t.dtype not in DTYPES:
         w.fail(file, f"{field}.dtype", f"{t.dtype!r} is not a dtype aotc knows")
     if not _DEVICE.fullmatch(t.device):
@@ -80,14 +81,14 @@ def check_tensor(t: TensorMeta, w: _Where, file: str, field: str) -> None:
         w.fail(file, f"{field}.value_range", f"{t.value_range} is not [min, max]")
 
 
-def _check_geometry(shape, stride, offset, w: _Where, file: str, field: str) -> None:
+def _check_geometry(shape, stride, offset, w: Where, file: str, field: str) -> None:
     if len(shape) != len(stride) or any(not 0 <= n < _MAX_DIM for n in [*shape, *stride, offset]):
         w.fail(file, field, f"shape {shape}, stride {stride}, offset {offset} is not a valid layout")
 
 
 def check_consistency(manifest: Manifest, signature: Signature, metadata: Metadata, root: Path) -> None:
     """Everything the runtime will look up or index, checked to be there and in range."""
-    w = _Where(root)
+    w = Where(root)
     kinds = list(manifest.graph_kinds)
     if len(set(kinds)) != len(kinds) or not kinds:
         w.fail("manifest.json", "graph_kinds", f"{kinds} must be distinct and not empty")
@@ -148,7 +149,7 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
         _check_joint(signature.graphs["joint"], w)
 
 
-def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w: _Where) -> None:
+def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w: Where) -> None:
     """Every subclass names its inner tensors among the graphs' inputs, and the caller's
     view (outer specs) adds up to the graphs' flat inputs and outputs."""
     from aotc.outputs import load_spec
@@ -208,7 +209,7 @@ def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w
             w.fail(file, f"subclasses.{field}", f"add up to {dense} inner tensors; the graphs have {total}")
 
 
-def _check_specs(signature: Signature, w: _Where) -> None:
+def _check_specs(signature: Signature, w: Where) -> None:
     from aotc.outputs import load_spec
 
     for field, text, count in (("in_spec", signature.in_spec, len(signature.user_inputs)),
@@ -222,7 +223,7 @@ def _check_specs(signature: Signature, w: _Where) -> None:
 
 
 def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_inputs: int, num_outputs: int,
-                        w: _Where, optimizer: bool = False) -> None:
+                        w: Where, optimizer: bool = False) -> None:
     file, at = "metadata.json", f"programs.{kind}"
     slots = [s for s in sig.inputs if s.role not in _OPTIMIZER_INPUTS | {"constant"}]
     inputs, outputs = _INPUT_ROLES, _OUTPUT_ROLES
@@ -304,7 +305,7 @@ def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_i
             w.fail(file, f"{at}.aliased_inputs[{g}].base", "a synthetic base needs its layout")
 
 
-def _check_backward(fw: GraphSignature, bw: GraphSignature, w: _Where) -> None:
+def _check_backward(fw: GraphSignature, bw: GraphSignature, w: Where) -> None:
     fw_out = {s.name for s in fw.outputs}
     saved = sum(s.role == "saved" for s in fw.outputs)
     primals = {s.name for s in fw.inputs}
@@ -317,39 +318,14 @@ def _check_backward(fw: GraphSignature, bw: GraphSignature, w: _Where) -> None:
             w.fail("signature.json", f"graphs.backward.outputs[{i}]", f"{s.name!r} is not a gradient of an input")
 
 
-def _check_joint(sig: GraphSignature, w: _Where) -> None:
+def _check_joint(sig: GraphSignature, w: Where) -> None:
     primals = {s.name for s in sig.inputs}
     for s in sig.outputs:
         if s.role == "gradient" and s.name.removeprefix("grad:") not in primals:
             w.fail("signature.json", f"graphs.joint.outputs.{s.name}", "is not a gradient of an input")
 
 
-def check_program(bundle, kind: str, program) -> None:
-    """The loaded ExportedProgram takes and returns what signature.json says, with the
-    dtypes and ranks metadata.json records."""
-    w = _Where(bundle.path)
-    graph = program.graph_module.graph
-    placeholders = graph.find_nodes(op="placeholder")
-    sig = bundle.signature.graphs[kind]
-    (output,) = graph.find_nodes(op="output") or [None]
-    returned = output.args[0] if output is not None else None
-    if len(placeholders) != len(sig.inputs) or not isinstance(returned, (tuple, list)) or len(returned) != len(sig.outputs):
-        w.fail(f"graphs/{kind}.pt2", "graph", f"takes {len(placeholders)} inputs and returns "
-               f"{len(returned) if isinstance(returned, (tuple, list)) else '?'}; signature.json says "
-               f"{len(sig.inputs)} and {len(sig.outputs)}")
-    meta = bundle.metadata.programs.get(kind)
-    if meta is None:
-        return
-    for i, (node, info) in enumerate(zip(placeholders, meta.inputs)):
-        val = node.meta.get("val")
-        if info.tensor is None or val is None or not hasattr(val, "dtype"):
-            continue
-        if str(val.dtype).removeprefix("torch.") != info.tensor.dtype or val.dim() != len(info.tensor.shape):
-            w.fail(f"graphs/{kind}.pt2", f"input {i} ({info.name})",
-                   f"{val.dtype} {val.dim()}-d, metadata.json says {info.tensor.dtype} {len(info.tensor.shape)}-d")
-
-
-def _check_optimizer(info, signature: Signature, state: set, manifest, w: _Where) -> None:
+def _check_optimizer(info, signature: Signature, state: set, manifest, w: Where) -> None:
     from aotc.optimizers import HYPERPARAMETERS, OPTIMIZER_STATE
 
     if "joint" not in signature.graphs or manifest.file(OPTIMIZER_STATE) is None:
@@ -363,42 +339,3 @@ def _check_optimizer(info, signature: Signature, state: set, manifest, w: _Where
     hyper = [s.target for s in sig.inputs if s.role == "hyperparameter"]
     if hyper != list(HYPERPARAMETERS[info.name]):
         w.fail("signature.json", "graphs.joint.inputs", f"the hyperparameter inputs are {hyper}")
-
-
-def check_optimizer_state(bundle, tensors: dict) -> None:
-    """optimizer.safetensors holds every state tensor the joint graph takes, each with
-    its parameter's shape and dtype (a step count: a 0-d float32)."""
-    w = _Where(bundle.path)
-    params = {i.name: i.tensor for p in bundle.metadata.programs.values() for i in p.inputs if i.kind == "parameter"}
-    for s in bundle.signature.graphs["joint"].inputs:
-        if s.role != "optimizer_state":
-            continue
-        t = tensors.get(s.target)
-        fqn, _, key = str(s.target).rpartition("/")
-        if t is None:
-            w.fail("optimizer.safetensors", str(s.target), "missing; the joint graph takes it")
-        m = params.get(fqn)
-        want = ("float32", []) if key == "step" else (m.dtype, m.shape) if m is not None else None
-        if want is None or (str(t.dtype).removeprefix("torch."), list(t.shape)) != want:
-            w.fail("optimizer.safetensors", str(s.target), f"{t.dtype} {list(t.shape)}, the joint graph takes {want}")
-
-
-def check_weights(bundle, tensors: dict) -> None:
-    """weights.safetensors holds every parameter, buffer and constant the graphs take,
-    each with the dtype and shape metadata.json records."""
-    w = _Where(bundle.path)
-    for kind, program in bundle.metadata.programs.items():
-        for info in program.inputs:
-            if info.kind not in ("parameter", "buffer"):
-                continue
-            t = tensors.get(info.name)
-            if t is None:
-                w.fail("weights.safetensors", info.name, f"missing; the {kind} graph takes it")
-            m = info.tensor
-            if m is not None and (str(t.dtype).removeprefix("torch.") != m.dtype or list(t.shape) != m.shape):
-                w.fail("weights.safetensors", info.name, f"{t.dtype} {list(t.shape)}, metadata.json says "
-                       f"{m.dtype} {m.shape}")
-    for kind, sig in bundle.signature.graphs.items():
-        for s in sig.inputs:
-            if s.role == "constant" and s.target not in tensors:
-                w.fail("weights.safetensors", str(s.target), f"missing; the {kind} graph takes it as a constant")
