@@ -32,7 +32,7 @@ from aotc.capture.metadata import (
     traced_min,
 )
 from aotc.capture.program import Program
-from aotc.capture.ranges import describe as describe_narrowing
+from aotc.capture.range_guards import describe as describe_narrowing
 from aotc.capture.slots import Names, input_name, state_aliases
 from aotc.capture.trace import aot_capture, export_program, first_line
 from aotc.capture.types import MODES, Capture, CaptureOptions

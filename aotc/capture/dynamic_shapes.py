@@ -16,7 +16,7 @@ from typing import Any
 from torch.export import ExportedProgram
 
 from aotc.capture.metadata import finite_int
-from aotc.capture.ranges import Narrowing
+from aotc.capture.range_guards import Narrowing
 from aotc.errors import CaptureError
 from aotc.model_file import FunctionModule, forward_arg_names
 from aotc.schema import TensorMeta

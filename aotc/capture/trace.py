@@ -16,7 +16,8 @@ from aotc._torch_compat import pytree
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.metadata import check_scalar_loss, graph_placeholders
 from aotc.capture.program import Program
-from aotc.capture.ranges import Narrowing, export_within_ranges
+from aotc.capture.range_guards import Narrowing
+from aotc.capture.ranges import export_within_ranges
 from aotc.capture.subclasses import SubclassPlan, desugar, with_outer_requires_grad
 from aotc.capture.types import CaptureOptions
 from aotc.errors import CaptureError
