@@ -173,3 +173,9 @@ def test_built_formats_refuse_to_be_written_at_export(name):
 def test_fx_refuses_to_be_built(tmp_path):
     with pytest.raises(AotcError, match="written at export"):
         formats.get("fx").build(None, "inference", "cpu", tmp_path, formats.BuildOptions())
+
+
+def test_no_module_over_400_lines():
+    """A module that grows past this is cut along its concepts, not trimmed to fit."""
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
