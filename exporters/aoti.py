@@ -19,6 +19,7 @@ import torch
 
 from aotc.errors import AotcError, BundleError
 from aotc.formats import BuildOptions, Built, built_only
+from aotc.exporters.aoti_cache import compile_cached, package_problem
 from aotc.fingerprint import check_fingerprint
 
 FORMAT = "aoti"
@@ -40,7 +41,6 @@ def artifact_path(kind: str, device: str) -> str:
 def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
     compile from options.cache_dir); frozen where options.freeze asks and the graph can be."""
-    from aotc.compiler import compile_cached
     cache = options.cache_dir if options.use_cache else None
     if not (options.freeze and kind in FREEZABLE):
         fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
@@ -165,8 +165,6 @@ def compile_graph(program, example_inputs: list, package_path: Path, configs: di
     """
     import torch
     from torch._inductor import aoti_compile_and_package
-
-    from aotc.compiler import package_problem
 
     _copy_views_of_inputs(program)
     program.example_inputs = (tuple(example_inputs), {})

@@ -1,0 +1,142 @@
+"""The `aoti` format's compile cache and the checks a compiled graph needs.
+
+Results are cached under a content hash of the graph, the compile options, the device,
+the torch version, the compiler and the CPU's flags, so compiling an unchanged model
+again copies the earlier artifact instead of running the C++ compiler. A graph whose
+replay needs view strides only the fx graph knows is refused before compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from aotc import _torch_compat as tc
+from aotc.aliasing import StrideGuard, dense_strides
+from aotc.bundle import Bundle, load_exported_program
+from aotc.errors import AotcError
+from aotc.fingerprint import build_fingerprint, cpu_flags
+from aotc.graph_inputs import example_graph_inputs
+
+
+def graph_content_hash(path: Path) -> str:
+    """sha256 of the program inside a .pt2 archive, leaving out the archive's random
+    serialization id, so two exports of the same model hash alike."""
+    import zipfile
+
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(path) as archive:
+        for name in sorted(n for n in archive.namelist() if "/models/" in n):
+            digest.update(name.split("/", 1)[1].encode())
+            digest.update(archive.read(name))
+    return digest.hexdigest()
+
+
+# Bumped whenever aotc changes a graph before handing it to AOTInductor, so artifacts
+# cached by an older aotc are not reused.
+PIPELINE_VERSION = 3
+
+
+def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -> str:
+    """Content hash of everything that decides the compiled code (cheap to compute: no
+    compiler or CPU probing)."""
+    parts = {
+        "graph": graph_hash,
+        "pipeline": PIPELINE_VERSION,
+        "kind": kind,
+        "device": device.type,
+        "options": options,
+        "torch": torch.__version__,
+        "compiler": tc.inductor_cpp_compiler(),
+        "cpu_flags": sorted(cpu_flags()) if device.type == "cpu" else None,
+        "cuda_arch": list(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def check_layouts_static(bundle: Bundle, kind: str) -> None:
+    """Refuse a graph whose replay needs view strides only the fx graph knows.
+
+    A compiled graph returns fresh tensors, so the runtime rebuilds outputs that alias an
+    input or intermediate, and inputs whose shape or strides forward changes, from the
+    layouts recorded at capture. With dynamic sizes those are symbolic and not recorded:
+    the view would be rebuilt with the compiled output's strides, which need not be
+    eager's."""
+    program = bundle.metadata.programs.get(kind)
+    if program is None:
+        return
+    plain = ("non_alias", "unsafe_view_alias", "custom_function_view")
+    for out in program.outputs:
+        aliased = out.output_type not in plain or out.same_as_output is not None or out.view_of_output is not None
+        if aliased and out.output_type != "is_input" and out.tensor is not None and out.tensor.dynamic_dims:
+            raise AotcError(
+                f"output {out.index} of the {kind} graph of '{bundle.path}' is a view ({out.base}) with "
+                "dynamic sizes; a compiled graph cannot give it eager's strides. Load this bundle with "
+                "backend='fx', or export without dynamic dims."
+            )
+    for info in program.inputs:
+        t = info.tensor
+        if info.kind in ("user_input", "synthetic_base") and t is not None and t.dynamic_dims:
+            guard = StrideGuard.of(t.shape, t.stride, static=False)
+            if tuple(t.stride) != dense_strides(t.shape, guard.order):
+                raise AotcError(
+                    f"input '{info.name}' of the {kind} graph of '{bundle.path}' was not dense "
+                    f"(stride {tuple(t.stride)}) and has dynamic sizes; a compiled graph could not be "
+                    "given its layout. Export with a dense example (.contiguous()), or use backend='fx'."
+                )
+        if info.mutates_metadata and info.layout_after is None:
+            raise AotcError(
+                f"the {kind} graph of '{bundle.path}' changes the shape or strides of '{info.name}' with "
+                "dynamic sizes; a compiled graph cannot replay that view. Load this bundle with "
+                "backend='fx', or export without dynamic dims."
+            )
+
+
+def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path, cache: Path | None,
+                   compile_graph, options: dict) -> tuple[dict, bool]:
+    """Compile one graph into `target` with `compile_graph(program, example_inputs, target)`,
+    or copy an identical earlier result from `cache`; returns (fingerprint, cached)."""
+    check_layouts_static(bundle, kind)
+    key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, options)
+    if cache is not None:
+        cached, meta = cache / f"{key}.pt2", cache / f"{key}.json"
+        if cached.is_file() and meta.is_file() and package_problem(cached) is None:
+            shutil.copyfile(cached, target)
+            return json.loads(meta.read_text()), True
+
+    program = load_exported_program(bundle.graph_path(kind))
+    if device.type != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        program = move_to_device_pass(program, device)
+    compile_graph(program, example_graph_inputs(bundle, kind, device), target)
+    fingerprint = build_fingerprint(device)
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+        # write-then-rename: a concurrent or interrupted compile never leaves half an entry
+        with tempfile.NamedTemporaryFile(dir=cache, delete=False, suffix=".tmp") as f, open(target, "rb") as src:
+            shutil.copyfileobj(src, f)
+        os.replace(f.name, cache / f"{key}.pt2")
+        (cache / f"{key}.json.tmp").write_text(json.dumps(fingerprint))
+        os.replace(cache / f"{key}.json.tmp", cache / f"{key}.json")
+    return fingerprint, False
+
+
+def package_problem(path: Path) -> str | None:
+    """What is wrong with an AOTInductor package's metadata files, or None."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.endswith(".json"):
+                    json.loads(archive.read(name) or b"?")
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        return f"{type(e).__name__} in {path.name}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
