@@ -51,6 +51,8 @@ _EXPORTS = {
     "RegionalBundle": "aotc.regional_bundle",
     "generate": "aotc.generation",
     "export_generation": "aotc.generation_export",
+    "run_bundle": "aotc.run_once",
+    "run_generation": "aotc.run_once",
     "Bundle": "aotc.bundle",
     "load_model": "aotc.model_file",
     "ModelSpec": "aotc.model_file",

@@ -27,7 +27,7 @@ PACKAGES = ("aotc", "cli", "exporters")
 TOOLS = {
     "aotc.api", "aotc.parity", "aotc.size_check", "aotc.bench", "aotc.bench_child", "aotc.bench_raw", "aotc.diff",
     "aotc.diff_change", "aotc.diff_tensors", "aotc.report", "aotc.report_graph", "aotc.regions",
-    "aotc.generation_export", "aotc.records", "aotc.hf", "aotc.observe", "aotc.reference",
+    "aotc.generation_export", "aotc.records", "aotc.hf", "aotc.observe", "aotc.reference", "aotc.run_once",
 }
 LOWER = ("aotc.capture", "aotc.runtime")
 

@@ -27,6 +27,25 @@ def test_run_with_inputs_matches_eager(sample_bundles, tmp_path):
         assert summary["outputs"][i]["shape"] == list(e.shape)
 
 
+def test_run_bundle_is_what_the_cli_prints(sample_bundles, tmp_path):
+    """The library function behind `aotc run`: eager's outputs, and the CLI's JSON summary."""
+    import aotc
+
+    path = sample_bundles[("inplace", "inference")][0]
+    spec = fresh_sample("inplace")
+    x, y = clone_inputs(spec.args)
+    save_file({"x": x, "y": y}, str(tmp_path / "in.safetensors"))
+    result = aotc.run_bundle(path, inputs=tmp_path / "in.safetensors")
+    expected = spec.module.eval()(x.clone(), y.clone())
+    assert list(result.values) == ["output[0]", "output[1]", "output[2]"]
+    for got, want in zip(result.values.values(), expected):
+        torch.testing.assert_close(got, want.detach())
+    printed = json.loads(invoke("run", path, "--inputs", tmp_path / "in.safetensors", "--json").stdout)
+    summary = result.summary()
+    assert printed.pop("seconds").keys() == summary.pop("seconds").keys() == {"load", "call"}
+    assert printed == summary
+
+
 def test_run_random_inputs_table(sample_bundles):
     result = invoke("run", sample_bundles[("tiny_transformer", "inference")][0])
     assert result.exit_code == 0, result.stderr
@@ -59,7 +78,7 @@ def test_run_inputs_file_with_wrong_names(sample_bundles, tmp_path):
     result = invoke("run", sample_bundles[("inplace", "inference")][0], "--inputs", tmp_path / "in.safetensors")
     assert result.exit_code == 1
     assert result.stderr.strip() == (
-        f"Error: --inputs '{tmp_path / 'in.safetensors'}' must hold one tensor per input, named x, y; "
+        f"Error: the inputs file '{tmp_path / 'in.safetensors'}' must hold one tensor per input, named x, y; "
         "missing: x, y; unexpected: z."
     )
 
