@@ -10,14 +10,21 @@ signature.json, metadata.json (every input's mutations and every output's aliasi
 weights.safetensors and graphs/<kind>.pt2. `Bundle.open` checks all of it and runs
 nothing; `aotc.load` runs the bundle's graphs (compiled ones are native code).
 
-The modules, in pipeline order: model_file (load a model file), capture/ (the capture
-package), api (export), bundle + archives + bundle_check + atomic (writing and
-checking bundles), formats (the artifact formats of exporters/), compiler (AOTInductor
-cache), runtime/ (the wrapper stack of aotc.load), observe + parity (eager parity: aotc.verify);
-subclasses (tensor subclasses: how they are described, and the trust list; capture/ and
-runtime/ each have the module for their side); report (`aotc report`: one HTML page per
-bundle), records (`verify/bench --record` results kept in the bundle) and diff (`aotc
-diff`: what changed between two bundles).
+The modules, in layers; imports go one way, down (tests/test_architecture.py):
+
+    foundation  errors, _torch_compat (every private torch import), schema + schema_json
+                (the JSON files), model_file, aliasing, ambient, devices, optimizers
+    capture/    torch.export + AOTAutograd -> a Capture (graphs, signature, metadata)
+    bundle      bundle (open, check, write files atomically: atomic, archives,
+                bundle_check, content_check, fingerprint), bundle_write (a Capture as
+                a bundle, with eager's references: reference + observe), formats (the
+                exporter interface; exporters/ holds the formats)
+    runtime/    aotc.load: the wrapper stack; regional_bundle (aotc.apply), generation
+                (aotc.generate)
+    tools       api (aotc.export: capture, write, replay and size checks), compiler
+                (aotc.compile), parity (aotc.verify), regions +
+                generation_export (regional and generation exports), run_once
+                (aotc.run_bundle), bench, diff, report, records, hf
 
 Example::
 
@@ -40,6 +47,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "export": "aotc.api",
+    "ExportOptions": "aotc.api",
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
     "verify": "aotc.parity",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.bundle import Bundle, check_target, check_writable
-from aotc.bundle_write import Check, PhaseCallback, write_bundle
+from aotc.bundle_write import Check, Contents, PhaseCallback, write_bundle
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.model_file import FunctionModule, _split_inputs
@@ -32,6 +34,25 @@ def mode_for_graphs(graphs: Sequence[str]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class ExportOptions:
+    """How `export` captures and writes, beside what it captures (graphs, loss, dynamic
+    shapes, optimizer): the partitioner of forward+backward graphs, train-mode capture of
+    an inference graph, replacing an existing bundle, the model's name, source file,
+    checkpoint and task as the manifest records them, files copied in, and a callback
+    told each phase ("capture", "write", "replay", "sizes") as it starts."""
+
+    partitioner: str = "min-cut"
+    train: bool = False
+    force: bool = False
+    name: str | None = None
+    source: str | None = None
+    checkpoint: str | None = None
+    task: str | None = None
+    assets: dict[str, Path] | None = None
+    on_phase: PhaseCallback | None = None
+
+
 def export(
     model: torch.nn.Module | Callable[..., Any],
     example_inputs: Any,
@@ -40,16 +61,9 @@ def export(
     loss: Callable[..., torch.Tensor] | None = None,
     dynamic_shapes: Any = None,
     *,
-    partitioner: str = "min-cut",
-    train: bool = False,
-    force: bool = False,
-    name: str | None = None,
-    source: str | None = None,
-    checkpoint: str | None = None,
-    task: str | None = None,
-    assets: dict[str, Path] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
-    on_phase: PhaseCallback | None = None,
+    options: ExportOptions | None = None,
+    **settings: Any,
 ) -> Bundle:
     """Capture `model` on `example_inputs` and write a bundle to `out`.
 
@@ -60,9 +74,13 @@ def export(
     `loss.backward(); optimizer.step(); optimizer.zero_grad()`. `assets` (path in the bundle -> file) are
     copied in as they are, e.g. a tokenizer's files. The write is atomic: `out` is replaced
     only by a complete bundle, and only with `force=True`.
+
+    `options` (ExportOptions) says how to capture and write; its fields can be given as
+    keywords instead (`force=True`, `train=True`, `name=...`), each overriding `options`.
     """
+    o = _options(options, settings)
     out = Path(out)
-    check_target(out, force)  # fail before seconds of tracing, not after
+    check_target(out, o.force)  # fail before seconds of tracing, not after
     check_writable(out)
     module = model if isinstance(model, torch.nn.Module) else FunctionModule(model)
     args, kwargs = _split_inputs(example_inputs, "example_inputs")
@@ -76,12 +94,11 @@ def export(
                             "gradients inside it.")
         info = optimizers.describe(optimizer, module)
         fused = (info, optimizers.initial_state(info, optimizer, module))
-    options = CaptureOptions(mode=mode, partitioner=partitioner, train=train, dynamic_shapes=dynamic_shapes)
-
-    if on_phase:
-        on_phase("capture")
+    capture_options = CaptureOptions(mode=mode, partitioner=o.partitioner, train=o.train, dynamic_shapes=dynamic_shapes)
+    if o.on_phase:
+        o.on_phase("capture")
     try:
-        captured = capture(module, args, kwargs, loss=loss, options=options)
+        captured = capture(module, args, kwargs, loss=loss, options=capture_options)
     except CaptureError as e:
         if e.__cause__ is None or isinstance(e, GraphBreakError):
             raise  # aotc's own refusal, which says what to do
@@ -91,16 +108,27 @@ def export(
     for line in captured.narrowed:
         warnings.warn(line, RangeNarrowedWarning, stacklevel=2)
     info = ModelInfo(
-        name=name or type(module).__name__.lower(),
-        source=source,
+        name=o.name or type(module).__name__.lower(),
+        source=o.source,
         class_name=type(module).__name__,
         training=captured.training,
-        checkpoint=checkpoint,
+        checkpoint=o.checkpoint,
         num_parameters=sum(p.numel() for p in module.parameters()),
-        task=task,
+        task=o.task,
     )
-    return write_bundle(captured, module, args, kwargs, out, mode, info, loss=loss, force=force, assets=assets,
-                        on_phase=on_phase, check=export_checks(captured, module, args, kwargs, mode, loss, on_phase))
+    return write_bundle(captured, module, args, kwargs, out, Contents(mode, info, loss, o.assets), force=o.force,
+                        on_phase=o.on_phase,
+                        check=export_checks(captured, module, args, kwargs, mode, loss, o.on_phase))
+
+
+def _options(options: ExportOptions | None, settings: dict[str, Any]) -> ExportOptions:
+    """`options` with the keywords given to export in place of its fields."""
+    names = [f.name for f in dataclasses.fields(ExportOptions)]
+    unknown = sorted(set(settings) - set(names))
+    if unknown:
+        raise TypeError(f"export() got an unexpected keyword argument {unknown[0]!r}; it takes graphs, loss, "
+                        f"dynamic_shapes, optimizer, options, and ExportOptions' fields: {', '.join(names)}.")
+    return dataclasses.replace(options or ExportOptions(), **settings)
 
 
 def export_checks(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, mode: str, loss=None,

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
-from aotc import __version__
+from aotc import __version__, formats, reference
 from aotc._torch_compat import pytree
+from aotc.ambient import current
 from aotc.bundle import METADATA, SIGNATURE, WEIGHTS, Bundle, BundleWriter, staging_dir
 from aotc.capture import Capture
+from aotc.optimizers import OPTIMIZER_STATE
 from aotc.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 
 PhaseCallback = Callable[[str], None]
@@ -27,8 +31,6 @@ Check = Callable[[Path, Metadata], Metadata]
 
 
 def _write_weights(capture_: Capture, writer: BundleWriter) -> None:
-    from safetensors.torch import save_file
-
     # safetensors wants contiguous, unshared storage: one copy per name.
     constants = {k: v for graph in capture_.graphs.values() for k, v in graph.constants.items()}
     tensors = {k: v.detach().contiguous().clone() for k, v in (capture_.state | constants).items()}
@@ -36,24 +38,31 @@ def _write_weights(capture_: Capture, writer: BundleWriter) -> None:
     writer.add(WEIGHTS, "weights")
 
 
-def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, out: Path, mode: str,
-                 info: ModelInfo, *, loss=None, force: bool = False, assets: dict[str, Path] | None = None,
-                 generation: GenerationInfo | None = None, on_phase: PhaseCallback | None = None,
+@dataclass(frozen=True)
+class Contents:
+    """What a bundle holds beside its captured graphs: the capture mode, the model's
+    description, the loss its references were computed with, files copied in as they
+    are (path in the bundle -> file, e.g. a tokenizer's), a generation bundle's info."""
+
+    mode: str
+    model: ModelInfo
+    loss: Callable[..., torch.Tensor] | None = None
+    assets: dict[str, Path] | None = None
+    generation: GenerationInfo | None = None
+
+
+def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, out: Path,
+                 contents: Contents, *, force: bool = False, on_phase: PhaseCallback | None = None,
                  check: Check | None = None) -> Bundle:
     """Write a captured model as a bundle at `out` (atomically), with eager's references
     for the example inputs. `check(root, metadata)` runs on the complete bundle before it
     takes `out`'s place (a bundle that fails it is never written) and may return the
     metadata revised (aotc.api's replay and small-size checks: the layer above)."""
+    mode, info, loss, assets, generation = (contents.mode, contents.model, contents.loss, contents.assets,
+                                            contents.generation)
     if on_phase:
         on_phase("write")
-    from aotc import formats
-
-    from aotc import reference
-    from safetensors.torch import save_file
-
     names = [u.name for u in captured.user_inputs]
-    from aotc.ambient import current
-
     ambient = current()  # export leaves the caller's state as it found it
     fused = (captured.optimizer, captured.optimizer_state) if captured.optimizer is not None else None
     golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training, fused)
@@ -61,8 +70,6 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
         writer = BundleWriter(root)
         _write_weights(captured, writer)
         if captured.optimizer is not None:
-            from aotc.optimizers import OPTIMIZER_STATE
-
             save_file(captured.optimizer_state, str(writer.path(OPTIMIZER_STATE)), metadata={"format": "pt"})
             writer.add(OPTIMIZER_STATE, "optimizer")
         save_file({k: v.contiguous() for k, v in golden.items()}, str(writer.path(reference.REFERENCE)))

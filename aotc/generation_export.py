@@ -49,7 +49,7 @@ def _export_generation(model, out: Path, batch_size, max_cache_len, force, name,
     from torch.export import Dim
 
     from aotc.api import export_checks
-    from aotc.bundle_write import write_bundle
+    from aotc.bundle_write import Contents, write_bundle
     from aotc.capture import CaptureOptions, capture
     from aotc.schema import GenerationInfo, ModelInfo
 
@@ -82,9 +82,10 @@ def _export_generation(model, out: Path, batch_size, max_cache_len, force, name,
         num_parameters=sum(p.numel() for p in model.parameters()),
         task=task,
     )
+    generation = GenerationInfo(batch_size=batch_size, max_cache_len=max_cache_len, eos_token_ids=eos,
+                                pad_token_id=pad)
     return write_bundle(
-        prefill, wrapper, (), prompt, out, "inference", info, force=force, assets=assets, on_phase=on_phase,
+        prefill, wrapper, (), prompt, out, Contents("inference", info, assets=assets, generation=generation),
+        force=force, on_phase=on_phase,
         check=export_checks(prefill, wrapper, (), prompt, "inference", on_phase=on_phase),
-        generation=GenerationInfo(batch_size=batch_size, max_cache_len=max_cache_len, eos_token_ids=eos,
-                                  pad_token_id=pad),
     )

@@ -191,18 +191,20 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         )
         phases.finish()
         return spec, bundle
-    from aotc.api import export
+    from aotc import api
     from aotc.errors import RangeNarrowedWarning
 
+    settings = api.ExportOptions(
+        partitioner=o.partitioner, train=o.train, force=o.force, name=spec.name, source=spec.source,
+        checkpoint=str(spec.checkpoint) if spec.checkpoint else None, task=spec.task, assets=spec.assets,
+        on_phase=phases.start,
+    )
     with warnings.catch_warnings():  # the summary says it, in a note per dim
         warnings.simplefilter("ignore", RangeNarrowedWarning)
-        bundle = export(
+        bundle = api.export(
             spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
-            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims, static_dims), partitioner=o.partitioner,
-            train=o.train, force=o.force, name=spec.name, source=spec.source,
-            checkpoint=str(spec.checkpoint) if spec.checkpoint else None,
-            task=spec.task, assets=spec.assets, optimizer=build_optimizer(o, spec.module),
-            on_phase=phases.start,
+            dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims, static_dims),
+            optimizer=build_optimizer(o, spec.module), options=settings,
         )
     if o.with_onnx:
         phases.start("onnx")
