@@ -36,22 +36,26 @@ def is_regional(path: str | Path) -> bool:
     return (Path(path) / REGIONS).is_file()
 
 
-def _spec(t: torch.Tensor) -> TensorSpec:
+def tensor_spec(t: torch.Tensor) -> TensorSpec:
+    """A region's record of one weight: shape and dtype (checked against the model at apply)."""
     return TensorSpec(shape=list(t.shape), dtype=str(t.dtype).removeprefix("torch."))
 
 
-def _state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers by name."""
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
-def _copy_weights(loaded: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    own = _state(loaded)
+def copy_weights(loaded: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """A region's own weights into the module running its group's graphs."""
+    own = module_state(loaded)
     with torch.no_grad():
         for name, t in state.items():
             own[name].copy_(t)
 
 
-def _entry(root: Path, rel: str, kind: str) -> FileEntry:
+def file_entry(root: Path, rel: str, kind: str) -> FileEntry:
+    """regions.json's entry for the file at `rel`: its size and sha256."""
     path = root / rel
     return FileEntry(path=rel, kind=kind, size=path.stat().st_size, sha256=sha256_file(path))
 
@@ -64,7 +68,7 @@ def update_groups(path: str | Path, update) -> RegionalBundle:
     for group in rb.manifest.groups:
         update(rb.path / group.path)
     rel = {f"{g.path}/manifest.json" for g in rb.manifest.groups}
-    files = [_entry(rb.path, e.path, e.kind) if e.path in rel else e for e in rb.manifest.files]
+    files = [file_entry(rb.path, e.path, e.kind) if e.path in rel else e for e in rb.manifest.files]
     raw = to_json(dataclasses.replace(rb.manifest, files=files, checksum=""))
     raw["checksum"] = manifest_checksum(raw)
     tmp = rb.path / f".{REGIONS}.tmp"
@@ -155,7 +159,7 @@ def apply(path: str | Path, model: torch.nn.Module, *, backend: str = "auto", de
             raise RegionError(f"'{r.fqn}' is a {type(sub).__qualname__}; the bundle's region is a {r.class_name}.")
         for kind, expected, actual in (("parameters", r.parameters, dict(sub.named_parameters())),
                                        ("buffers", r.buffers, dict(sub.named_buffers()))):
-            found = {n: _spec(t) for n, t in actual.items()}
+            found = {n: tensor_spec(t) for n, t in actual.items()}
             if found != expected:
                 diff = sorted(set(found) ^ set(expected)) or sorted(n for n in found if found[n] != expected[n])
                 raise RegionError(f"the {kind} of '{r.fqn}' differ from the bundle's region ({', '.join(diff)}): "
@@ -177,7 +181,7 @@ def apply(path: str | Path, model: torch.nn.Module, *, backend: str = "auto", de
         group = next(g for g in rb.manifest.groups if g.name == r.group)
         if r.fqn != group.first:
             try:
-                _copy_weights(loaded, {n: stored[f"{r.fqn}.{n}"].to(device) for n in [*r.parameters, *r.buffers]})
+                copy_weights(loaded, {n: stored[f"{r.fqn}.{n}"].to(device) for n in [*r.parameters, *r.buffers]})
             except KeyError as e:
                 raise BundleError(f"Bundle '{rb.path}': {WEIGHTS} has no {e} for region '{r.fqn}'.") from None
         parent_name, _, child = r.fqn.rpartition(".")

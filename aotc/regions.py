@@ -33,10 +33,11 @@ from aotc import __version__
 from aotc._torch_compat import pytree
 from aotc.bundle import check_target, check_writable, manifest_checksum, staging_dir
 from aotc.errors import CaptureError, RegionError
-from aotc.regional_bundle import REGIONS, WEIGHTS, RegionalBundle, _copy_weights, _entry, _spec, _state
+from aotc.regional_bundle import REGIONS, WEIGHTS, RegionalBundle, copy_weights, file_entry, tensor_spec, module_state
 from aotc.regional_bundle import apply, is_regional, update_groups  # noqa: F401 (public here before)
 from aotc.regions_schema import Region, RegionGroup, RegionsManifest
 from aotc.schema import FORMAT_VERSION, ModelInfo, to_json
+
 
 @dataclass
 class _Call:
@@ -77,7 +78,7 @@ def _key(module: torch.nn.Module, call: _Call) -> tuple:
     """What regions that may share graphs have in common (checked further by running)."""
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     inputs = tuple((tuple(x.shape), x.dtype, x.requires_grad) if isinstance(x, torch.Tensor) else repr(x) for x in leaves)
-    weights = tuple((n, tuple(t.shape), t.dtype) for n, t in _state(module).items())
+    weights = tuple((n, tuple(t.shape), t.dtype) for n, t in module_state(module).items())
     return (type(module), module.training, str(spec), inputs, weights)
 
 
@@ -87,7 +88,7 @@ def _reproduces(group_bundle: Path, module: torch.nn.Module, call: _Call, mode: 
     from aotc.observe import clone_tree
 
     loaded = load(group_bundle, backend="fx", mode=mode)
-    _copy_weights(loaded, _state(module))
+    copy_weights(loaded, module_state(module))
     with torch.no_grad():
         out = loaded(*clone_tree(call.args), **clone_tree(call.kwargs))
     got, want = pytree.tree_leaves(out), pytree.tree_leaves(call.output)
@@ -197,7 +198,7 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
             key = _key(module, call)
             for group, gkey in groups:
                 if gkey == key and _reproduces(root / group.path, module, call, mode):
-                    others.update({f"{fqn}.{n}": t.detach() for n, t in _state(module).items()})
+                    others.update({f"{fqn}.{n}": t.detach() for n, t in module_state(module).items()})
                     placed.append(_region(fqn, module, group.name))
                     return True
             group = RegionGroup(name=f"g{len(groups)}", path=f"groups/g{len(groups)}", first=fqn)
@@ -217,7 +218,7 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
             def visit(prefix: str, module: torch.nn.Module) -> None:
                 for child_name, child in module.named_children():
                     fqn = f"{prefix}.{child_name}" if prefix else child_name
-                    has_weights = any(True for _ in _state(child).values())
+                    has_weights = any(True for _ in module_state(child).values())
                     if not has_weights:
                         continue  # nothing to compile worth a region; it stays Python
                     if fqn in calls and place(fqn, child):
@@ -237,8 +238,8 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
             from safetensors.torch import save_file
 
             save_file({k: v.contiguous().clone() for k, v in others.items()}, str(root / WEIGHTS))
-            files.append(_entry(root, WEIGHTS, "weights"))
-        files += [_entry(root, f"{g.path}/manifest.json", "other") for g, _ in groups]
+            files.append(file_entry(root, WEIGHTS, "weights"))
+        files += [file_entry(root, f"{g.path}/manifest.json", "other") for g, _ in groups]
         manifest = RegionsManifest(
             format_version=FORMAT_VERSION, aotc_version=__version__, torch_version=torch.__version__,
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -257,6 +258,6 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
 def _region(fqn: str, module: torch.nn.Module, group: str) -> Region:
     return Region(
         fqn=fqn, class_name=type(module).__qualname__, group=group,
-        parameters={n: _spec(p) for n, p in module.named_parameters()},
-        buffers={n: _spec(b) for n, b in module.named_buffers()},
+        parameters={n: tensor_spec(p) for n, p in module.named_parameters()},
+        buffers={n: tensor_spec(b) for n, b in module.named_buffers()},
     )
