@@ -24,12 +24,13 @@ demo: install
 # The conformance matrix (tests/test_conformance.py) runs in a second pytest process beside the
 # rest: both are mostly single-threaded tracing and compiling, so on 2 cores they take about
 # the wall time of the longer one. Its log is printed when both are done; either failing fails.
+# --durations lists the slowest tests, to keep a clean-clone run inside its time budget.
 test: install
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 	@mkdir -p build
-	@$(PY) -m pytest -q tests/test_conformance.py > build/conformance.log 2>&1 & matrix=$$!; \
-	$(PY) -m pytest -q --ignore=tests/test_conformance.py; main=$$?; \
+	@$(PY) -m pytest -q --durations=10 tests/test_conformance.py > build/conformance.log 2>&1 & matrix=$$!; \
+	$(PY) -m pytest -q --durations=20 --ignore=tests/test_conformance.py; main=$$?; \
 	wait $$matrix; conformance=$$?; \
 	echo "== the conformance matrix (tests/test_conformance.py), run beside the rest =="; \
 	cat build/conformance.log; \
