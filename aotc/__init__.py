@@ -10,21 +10,22 @@ signature.json, metadata.json (every input's mutations and every output's aliasi
 weights.safetensors and graphs/<kind>.pt2. `Bundle.open` checks all of it and runs
 nothing; `aotc.load` runs the bundle's graphs (compiled ones are native code).
 
-The modules, in layers; imports go one way, down (tests/test_architecture.py):
+The tree, in layers; imports go one way, down (tests/test_architecture.py checks it):
 
-    foundation  errors, _torch_compat (every private torch import), schema + schema_json
-                (the JSON files), model_file, aliasing, ambient, devices, optimizers
-    capture/    torch.export + AOTAutograd -> a Capture (graphs, signature, metadata)
-    bundle      bundle (open, check, write files atomically: atomic, archives,
-                bundle_check, content_check, fingerprint), bundle_write (a Capture as
-                a bundle, with eager's references: reference + observe), formats (the
-                exporter interface; exporters/ holds the formats)
-    runtime/    aotc.load: the wrapper stack; regional_bundle (aotc.apply), generation
-                (aotc.generate)
-    tools       api (aotc.export: capture, write, replay and size checks), compiler
-                (aotc.compile), parity (aotc.verify), regions +
-                generation_export (regional and generation exports), run_once
-                (aotc.run_bundle), bench, diff, report, records, hf
+    foundation    errors, _torch_compat (every private torch import), devices, optional_deps
+    bundle/       the bundle format: files (Bundle), schema, check, content_check, archives,
+                  atomic, fingerprint, records, summary
+    contract/     what eager did that a bundle replays: aliasing, ambient, outputs,
+                  optimizers, subclasses, randomness
+    sources/      where a model comes from: model_file, hf_folder, checkpoint
+    capture/      torch.export + AOTAutograd -> a Capture (graphs, signature, metadata)
+    runtime/      aotc.load: the wrapper stack; regional (aotc.apply)
+    exporters/    formats (the Format protocol, the registry); fx, aoti, onnx
+    api, export_writer, compiler
+                  aotc.export (capture, write the bundle, replay and size checks), aotc.compile
+    tools/        verify (aotc.verify), size_check, bench, diff, report, generation, regions,
+                  run_once (aotc.run_bundle)
+    cli/          the commands: parse, call the library, print
 
 Example::
 
@@ -43,27 +44,30 @@ from __future__ import annotations
 
 import importlib
 
+from aotc import moved_modules
+
 __version__ = "0.1.0"
+moved_modules.install()  # the flat module paths of aotc 0.1 (aotc.parity, aotc.schema, ...) still import
 
 _EXPORTS = {
     "export": "aotc.api",
     "ExportOptions": "aotc.api",
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
-    "verify": "aotc.parity",
-    "apply": "aotc.regional_bundle",
-    "diff_bundles": "aotc.diff",
-    "write_report": "aotc.report",
-    "write_record": "aotc.records",
-    "export_regions": "aotc.regions",
-    "RegionalBundle": "aotc.regional_bundle",
-    "generate": "aotc.generation",
-    "export_generation": "aotc.generation_export",
-    "run_bundle": "aotc.run_once",
-    "run_generation": "aotc.run_once",
+    "verify": "aotc.tools.verify",
+    "apply": "aotc.runtime.regional",
+    "diff_bundles": "aotc.tools.diff",
+    "write_report": "aotc.tools.report",
+    "write_record": "aotc.bundle.records",
+    "export_regions": "aotc.tools.regions",
+    "RegionalBundle": "aotc.runtime.regional",
+    "generate": "aotc.tools.generation",
+    "export_generation": "aotc.tools.generation_export",
+    "run_bundle": "aotc.tools.run_once",
+    "run_generation": "aotc.tools.run_once",
     "Bundle": "aotc.bundle",
-    "load_model": "aotc.model_file",
-    "ModelSpec": "aotc.model_file",
+    "load_model": "aotc.sources.model_file",
+    "ModelSpec": "aotc.sources.model_file",
     "AotcError": "aotc.errors",
     "BundleError": "aotc.errors",
     "CaptureError": "aotc.errors",

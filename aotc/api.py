@@ -13,14 +13,14 @@ from typing import Any
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.bundle import Bundle, check_target, check_writable
-from aotc.bundle_write import Check, Contents, PhaseCallback, write_bundle
+from aotc.bundle.files import Bundle, check_target, check_writable
+from aotc.bundle.schema import Metadata, ModelInfo
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
-from aotc.model_file import FunctionModule, _split_inputs
-from aotc.parity import replay_fresh
-from aotc.schema import Metadata, ModelInfo
-from aotc.size_check import check_small_sizes
+from aotc.export_writer import Check, Contents, PhaseCallback, write_bundle
+from aotc.sources.model_file import FunctionModule, _split_inputs
+from aotc.tools.size_check import check_small_sizes
+from aotc.tools.verify import replay_fresh
 
 
 def mode_for_graphs(graphs: Sequence[str]) -> str:
@@ -69,7 +69,7 @@ def export(
 
     `graphs` is ("inference",), ("joint",) or ("forward", "backward"); training graphs
     need `loss(outputs, *inputs)` for "joint". A joint graph can carry `optimizer` (a
-    torch.optim.SGD or AdamW over the model's parameters, see aotc.optimizers): then
+    torch.optim.SGD or AdamW over the model's parameters, see aotc.contract.optimizers): then
     `train_step` runs loss, gradients and the update in one graph, as
     `loss.backward(); optimizer.step(); optimizer.zero_grad()`. `assets` (path in the bundle -> file) are
     copied in as they are, e.g. a tokenizer's files. The write is atomic: `out` is replaced
@@ -87,7 +87,7 @@ def export(
     mode = mode_for_graphs(graphs)
     fused = None
     if optimizer is not None:  # refused before seconds of tracing
-        from aotc import optimizers
+        from aotc.contract import optimizers
 
         if mode != "joint":
             raise AotcError("optimizer= needs a joint graph (graphs=(\"joint\",)): the update runs after the "
@@ -168,8 +168,8 @@ def _with_optimizer(captured: Capture, info, state: dict) -> Capture:
 
 def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple, kwargs: dict) -> CaptureError:
     """torch's failure to capture `module`, with every place that cannot be captured
-    (aotc.breaks) when Dynamo finds them; else the error as it was."""
-    from aotc.breaks import describe, report
+    (aotc.capture.breaks) when Dynamo finds them; else the error as it was."""
+    from aotc.capture.breaks import describe, report
 
     with torch.no_grad():
         try:

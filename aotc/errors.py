@@ -28,14 +28,14 @@ class CaptureError(AotcError):
 
 
 class GraphBreakError(CaptureError):
-    """A model torch cannot capture whole; `breaks` lists every place (aotc.breaks)."""
+    """A model torch cannot capture whole; `breaks` lists every place (aotc.capture.breaks)."""
 
     def __init__(self, message: str, breaks: list):
         super().__init__(message)
         self.breaks = breaks
 
     def to_json(self) -> dict:
-        # plain dataclasses of str, int and list fields (aotc.regions_schema.BreakEntry)
+        # plain dataclasses of str, int and list fields (aotc.bundle.regions_schema.BreakEntry)
         return {"error": str(self), "breaks": [dataclasses.asdict(b) for b in self.breaks]}
 
 

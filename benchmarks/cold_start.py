@@ -1,6 +1,6 @@
 """Cold start and steady state: aotc's compiled bundle vs torch.compile vs eager.
 
-Each variant runs in a fresh Python process (through `aotc.bench`), timed from before the
+Each variant runs in a fresh Python process (through `aotc.tools.bench`), timed from before the
 process starts to its first output (so interpreter start and imports count), then for
 N more calls (steady state). torch.compile gets an empty inductor cache (cold) and the
 cache its cold run left behind (warm). Printed as one table with ratios.
@@ -25,8 +25,8 @@ def main() -> None:
     opts = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     import aotc
-    from aotc.bench import bench
-    from aotc.model_file import load_model
+    from aotc.tools.bench import bench
+    from aotc.sources.model_file import load_model
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

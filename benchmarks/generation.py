@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 import aotc
-from aotc.generation import Sampling, StaticCacheLM
+from aotc.tools.generation import Sampling, StaticCacheLM
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import aotc  # noqa: E402
-from aotc.model_file import load_model  # noqa: E402
+from aotc.sources.model_file import load_model  # noqa: E402
 
 
 def _per_call_us(fn, iters: int) -> float:

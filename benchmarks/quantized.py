@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import aotc  # noqa: E402
-from aotc.model_file import load_model  # noqa: E402
+from aotc.sources.model_file import load_model  # noqa: E402
 
 SAMPLE = str(ROOT / "sample_models" / "int8_mlp.py")
 

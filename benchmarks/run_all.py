@@ -41,7 +41,7 @@ RAW = "aoti raw runner"
 TORCH_AOTI = r"""
 import sys, time, torch
 from aotc.bundle import Bundle, load_exported_program
-from aotc.graph_inputs import example_graph_inputs
+from aotc.exporters.graph_inputs import example_graph_inputs
 from aotc.exporters.aoti import COMPILE_OPTIONS
 bundle = Bundle.open(sys.argv[1])
 ep = load_exported_program(bundle.graph_path("inference"))
@@ -58,7 +58,7 @@ import sys, time
 t = time.perf_counter()
 import torch
 torch.set_num_threads(int(sys.argv[2]))
-from aotc.model_file import load_model
+from aotc.sources.model_file import load_model
 spec = load_model(sys.argv[1])
 with torch.no_grad():
     spec.module.eval()(*spec.args, **spec.kwargs)
@@ -115,10 +115,10 @@ def main() -> None:
     import torch
 
     import aotc
-    from aotc.bench import as_json, bench
+    from aotc.tools.bench import as_json, bench
     from aotc.errors import AotcError
     from aotc.exporters.onnx import add_to_bundle
-    from aotc.model_file import load_model
+    from aotc.sources.model_file import load_model
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "results.json"

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from aotc.errors import AotcError, CaptureError
-from aotc.units import human_size  # noqa: F401  (the commands import it from here)
+from aotc.number_format import human_size  # noqa: F401  (the commands import it from here)
 
 INTERNAL_ERROR = 2
 
@@ -39,7 +39,7 @@ def step_progress(out, transient: bool = True):
 
 def record_results(bundle, name: str, data: dict, out) -> None:
     """Keep `data` in the bundle as its `name` record, for aotc report."""
-    from aotc.records import RECORDS, write_record
+    from aotc.bundle.records import RECORDS, write_record
 
     write_record(bundle, name, data)
     out.print(f"recorded in {bundle}/{RECORDS[name]}")

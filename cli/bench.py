@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from aotc.cli._common import (
-    console, debug_option, emit_json, handles_errors, json_option, record_results, step_progress, trust_option,
+    console,
+    debug_option,
+    emit_json,
+    handles_errors,
+    json_option,
+    record_results,
+    step_progress,
+    trust_option,
 )
 
 
@@ -44,7 +51,9 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
       aotc bench bundles/tiny_transformer --model sample_models/tiny_transformer.py
       aotc bench bundles/mlp-fb --baselines none --train --json
     """
-    from aotc.bench import BASELINES, as_json as results_json, bench
+    from aotc.tools.bench import BASELINES
+    from aotc.tools.bench import as_json as results_json
+    from aotc.tools.bench import bench
 
     chosen = () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(",") if b.strip())
     unknown = set(chosen) - set(BASELINES)
@@ -67,9 +76,9 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
     data = {"bundle": str(bundle), "device": device, "train": train, "threads": threads, "repeats": repeats,
             "iters": iters, "results": results_json(results)}
     if record:
-        from aotc.bench import times_training
-        from aotc.bundle import Bundle
-        from aotc.regional_bundle import is_regional
+        from aotc.bundle.files import Bundle
+        from aotc.runtime.regional import is_regional
+        from aotc.tools.bench import times_training
 
         if is_regional(bundle):
             out.print("[yellow]not recorded[/]: a regional bundle keeps no records")
@@ -88,7 +97,7 @@ def results_table(results, title: str):
     torch.compile (warm cache) and the raw AOTInductor runner."""
     from rich.table import Table
 
-    from aotc.bench import RAW
+    from aotc.tools.bench import RAW
 
     ref = {r.variant: r for r in results if r.median_us}
     bases = [(ref.get("eager"), "vs eager"), (ref.get("torch.compile (warm cache)"), "vs torch.compile"),

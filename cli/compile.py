@@ -13,7 +13,7 @@ from aotc.cli.options import ExportOptions
 
 
 def _is_bundle(target: str) -> bool:
-    from aotc.regional_bundle import is_regional
+    from aotc.runtime.regional import is_regional
 
     return (Path(target) / "manifest.json").is_file() or is_regional(target)
 
@@ -63,7 +63,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
                 raise click.UsageError("-o is for model files; a bundle is compiled in place.")
             bundle_path = Path(target)
             if export.with_onnx:
-                from aotc.formats import BuildOptions, add_artifacts
+                from aotc.exporters.formats import BuildOptions, add_artifacts
 
                 phases.start("onnx")
                 add_artifacts(bundle_path, "onnx", options=BuildOptions(opset=export.opset))
@@ -92,7 +92,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
         bundle = compile_bundle(bundle_path, devices=devices, cache_dir=cache_dir, use_cache=not no_cache,
                                 freeze=freeze, on_graph=on_graph)
     total = time.perf_counter() - started
-    from aotc.regional_bundle import RegionalBundle
+    from aotc.runtime.regional import RegionalBundle
 
     if isinstance(bundle, RegionalBundle):
         summary = graph_summary(bundle) | {"seconds": {**{f"compile {k}": round(v, 3) for k, v in graph_times.items()},

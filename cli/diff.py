@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
-from aotc.diff import KINDS
+from aotc.tools.diff import KINDS
 
 # GNU diff's convention: 1 means "they differ", so trouble must be something else
 TROUBLE = 2
@@ -67,8 +67,8 @@ def diff_command(old, new, run, fail_on, trusted, as_json, debug):
       aotc diff release/mlp bundles/mlp --fail-on signature,weights
       aotc diff release/mlp bundles/mlp --run --json | jq '.changes[] | select(.kind == "outputs")'
     """
-    from aotc.diff import diff_bundles
     from aotc.errors import AotcError
+    from aotc.tools.diff import diff_bundles
 
     try:
         diff = diff_bundles(old, new, run=run, trusted_subclasses=trusted)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from aotc.cli.options import ExportOptions, grouped
 from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
+from aotc.cli.options import ExportOptions, grouped
 from aotc.errors import AotcError
-from aotc.hf import TASKS as HF_TASKS
+from aotc.sources.hf_folder import TASKS as HF_TASKS
 
 
 def parse_dynamic(values: tuple[str, ...], flag: str = "--dynamic") -> dict[str, dict[int, str]]:
@@ -143,13 +143,13 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
     cli_dims = parse_dynamic(o.dynamic)
     static_dims = parse_dynamic(o.static, "--static")
     if o.output is not None:
-        from aotc.bundle import check_target, check_writable
+        from aotc.bundle.files import check_target, check_writable
 
         check_target(o.output, o.force)  # before loading a model for seconds
         check_writable(o.output)
     phases.start("load")
-    from aotc.bundle import check_target
-    from aotc.model_file import load_model
+    from aotc.bundle.files import check_target
+    from aotc.sources.model_file import load_model
 
     spec = load_model(model, entry=o.entry, checkpoint=o.checkpoint, task=o.task)
     target = o.output or Path("bundles") / spec.name
@@ -163,7 +163,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         if o.with_onnx:
             raise AotcError("--onnx is not supported for generation bundles (prefill + decode); export without it.")
         # a causal LM folder: prefill and decode graphs over a static KV cache, for aotc.generate
-        from aotc.generation_export import export_generation
+        from aotc.tools.generation_export import export_generation
 
         bundle = export_generation(
             spec.module, target, batch_size=o.batch_size, max_cache_len=o.max_cache_len, force=o.force, name=spec.name,
@@ -181,7 +181,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
             )
         if o.with_onnx:
             raise AotcError("--regions takes inference or --autograd graphs, without --onnx.")
-        from aotc.regions import export_regions
+        from aotc.tools.regions import export_regions
 
         phases.start("regions")
         bundle = export_regions(
@@ -208,7 +208,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         )
     if o.with_onnx:
         phases.start("onnx")
-        from aotc.formats import BuildOptions, add_artifacts
+        from aotc.exporters.formats import BuildOptions, add_artifacts
 
         bundle = add_artifacts(bundle.path, "onnx", options=BuildOptions(opset=o.opset))
     phases.finish()
@@ -248,9 +248,9 @@ def build_optimizer(o: ExportOptions, module):
 
 
 def graph_summary(bundle) -> dict:
-    from aotc.regional_bundle import RegionalBundle
-    from aotc.size_check import narrowed
-    from aotc.summary import describe, describe_regions
+    from aotc.bundle.summary import describe, describe_regions
+    from aotc.runtime.regional import RegionalBundle
+    from aotc.tools.size_check import narrowed
 
     if isinstance(bundle, RegionalBundle):
         return describe_regions(bundle)

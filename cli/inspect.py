@@ -191,14 +191,13 @@ def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
       aotc inspect bundles/mlp-joint --json | jq .graphs.joint.num_nodes
       aotc inspect bundles/mlp --graph inference
     """
-    from aotc.bundle import Bundle
-    from aotc.summary import describe
-
-    from aotc.regional_bundle import RegionalBundle, is_regional
+    from aotc.bundle.files import Bundle
+    from aotc.bundle.summary import describe
+    from aotc.runtime.regional import RegionalBundle, is_regional
 
     if is_regional(bundle):
+        from aotc.bundle.summary import describe_regions
         from aotc.cli.export import print_regions
-        from aotc.summary import describe_regions
 
         info = describe_regions(RegionalBundle.open(bundle))
         if as_json:

@@ -32,7 +32,7 @@ def report_command(bundle, output, as_json, debug):
       aotc report bundles/mlp-fb -o mlp.html
       aotc verify bundles/mlp-fb --record && aotc report bundles/mlp-fb -o mlp.html
     """
-    from aotc.report import write_report
+    from aotc.tools.report import write_report
 
     out = console()
     start = time.perf_counter()

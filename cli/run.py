@@ -1,4 +1,4 @@
-"""`aotc run`: load a bundle and call it once, without the model's source (aotc.run_once)."""
+"""`aotc run`: load a bundle and call it once, without the model's source (aotc.tools.run_once)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from aotc.cli.options import GenerateOptions, RunOptions, grouped
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
+from aotc.cli.options import GenerateOptions, RunOptions, grouped
 
 
 def _parse_ids(text: str) -> list[int]:
@@ -59,8 +59,8 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tu
       aotc run bundles/gpt2 --prompt-ids 1,2,3 --max-new-tokens 20
     """
     # imported here: `aotc --help` must not import torch
-    from aotc.regional_bundle import is_regional
-    from aotc.run_once import run_bundle, run_generation
+    from aotc.runtime.regional import is_regional
+    from aotc.tools.run_once import run_bundle, run_generation
 
     if is_regional(bundle) and not run.model:
         raise click.UsageError(f"'{bundle}' is a regional bundle: name the model to apply it to with --model FILE.")

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from aotc.cli._common import (
-    console, debug_option, emit_json, handles_errors, json_option, record_results, step_progress, trust_option,
+    console,
+    debug_option,
+    emit_json,
+    handles_errors,
+    json_option,
+    record_results,
+    step_progress,
+    trust_option,
 )
 
 
@@ -44,7 +51,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
       aotc verify bundles/mlp-joint --atol 1e-5 --rtol 1e-4 --json --junit report.xml
       aotc verify downloaded-bundle --no-run
     """
-    from aotc.parity import junit_xml, verify
+    from aotc.tools.verify import junit_xml, verify
 
     out = console()
     with step_progress(out) as progress:
@@ -89,7 +96,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
 
 
 def _record(bundle: Path, result: dict, out) -> None:
-    from aotc.regional_bundle import is_regional
+    from aotc.runtime.regional import is_regional
 
     if is_regional(bundle):
         out.print("[yellow]not recorded[/]: a regional bundle keeps no records (its groups are bundles of their own)")

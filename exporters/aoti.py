@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
+from aotc.bundle.fingerprint import check_fingerprint
 from aotc.errors import AotcError, BundleError
-from aotc.formats import BuildOptions, Built, built_only
 from aotc.exporters.aoti_cache import compile_cached, package_problem
-from aotc.fingerprint import check_fingerprint
+from aotc.exporters.formats import BuildOptions, Built, built_only
 
 FORMAT = "aoti"
 FILE_KIND = "compiled"
@@ -211,7 +211,7 @@ class CompiledGraph:
 def input_layouts(bundle, kind: str) -> list | None:
     """The layout the compiled `kind` graph expects of each user input (and synthetic
     base); parameters and buffers are the bundle's own, laid out as at compile."""
-    from aotc.aliasing import StrideGuard
+    from aotc.contract.aliasing import StrideGuard
 
     meta = bundle.metadata.programs.get(kind)
     if meta is None:  # backward: saved activations come from the compiled forward
@@ -234,8 +234,8 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     import tempfile
     import weakref
 
-    from aotc.archives import check_compiled_package
-    from aotc.bundle import check_hash
+    from aotc.bundle.archives import check_compiled_package
+    from aotc.bundle.files import check_hash
 
     rel = artifact_path(kind, device.type)
     entry = bundle.manifest.file(rel)

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 from aotc import _torch_compat as tc
-from aotc.aliasing import StrideGuard, dense_strides
-from aotc.bundle import Bundle, load_exported_program
+from aotc.bundle.files import Bundle, load_exported_program
+from aotc.bundle.fingerprint import build_fingerprint, cpu_flags
+from aotc.contract.aliasing import StrideGuard, dense_strides
 from aotc.errors import AotcError
-from aotc.fingerprint import build_fingerprint, cpu_flags
-from aotc.graph_inputs import example_graph_inputs
+from aotc.exporters.graph_inputs import example_graph_inputs
 
 
 def graph_content_hash(path: Path) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from aotc.bundle import BundleWriter
+from aotc.bundle.files import BundleWriter
 
 if TYPE_CHECKING:
     from aotc.capture import Capture, CapturedGraph

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from aotc.errors import AotcError, BundleError
-from aotc.formats import BuildOptions, Built, built_only
+from aotc.exporters.formats import BuildOptions, Built, built_only
 
 FORMAT = "onnx"
 FILE_KIND = "onnx"
@@ -124,10 +124,10 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
     import warnings
 
     from aotc import _torch_compat as tc
-    from aotc.bundle import load_exported_program
-    from aotc.graph_inputs import example_graph_inputs
-    from aotc.extras import require
-    from aotc.randomness import random_ops
+    from aotc.bundle.files import load_exported_program
+    from aotc.contract.randomness import random_ops
+    from aotc.exporters.graph_inputs import example_graph_inputs
+    from aotc.optional_deps import require
 
     for module in ("onnx", "onnxscript", "onnxruntime"):
         require(module, "onnx", "Exporting to ONNX")
@@ -307,8 +307,8 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         raise BundleError(
             f"Bundle '{bundle.path}' has no ONNX {kind} graph. Run: aotc compile {bundle.path} --onnx"
         )
-    from aotc.bundle import check_hash
-    from aotc.extras import require
+    from aotc.bundle.files import check_hash
+    from aotc.optional_deps import require
 
     ort = require("onnxruntime", "onnx", "backend='onnx'")
     providers = ["CPUExecutionProvider"]
@@ -323,7 +323,7 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BundleError(f"'{bundle.path / rel}' is not an ONNX model onnxruntime can load "
                           f"({type(e).__name__}: {first}).") from e
-    from aotc.bundle import load_exported_program
+    from aotc.bundle.files import load_exported_program
 
     return OnnxGraph(session, output_layouts(load_exported_program(bundle.graph_path(kind))))
 
@@ -338,6 +338,6 @@ def has_artifacts(bundle, device: torch.device) -> bool:
 
 def add_to_bundle(path, kinds: list[str] | None = None, opset: int | None = None):
     """Export the bundle's graphs (default: all) to ONNX, in place; returns the new Bundle."""
-    from aotc.formats import BuildOptions, add_artifacts
+    from aotc.exporters.formats import BuildOptions, add_artifacts
 
     return add_artifacts(path, FORMAT, ("cpu",), kinds, BuildOptions(opset=opset))

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from aotc.cli.main import cli  # noqa: E402
-from aotc.model_file import load_model  # noqa: E402
+from aotc.sources.model_file import load_model  # noqa: E402
 from corpus import all_cases, compiled_in_ci  # noqa: E402
 
 # Bundles whose graphs the aoti-backend tests need compiled (sample name, capture mode).

@@ -303,7 +303,7 @@ def run_trial(trial: int, seed: int, samples: dict, baseline: dict, work: Path) 
     from aotc.bundle import Bundle
     from aotc.cli.main import cli
     from aotc.errors import AotcError
-    from aotc.parity import run_artifact, verify
+    from aotc.tools.verify import run_artifact, verify
 
     rng = random.Random(f"{seed}:{trial}")
     name = rng.choice(sorted(samples))
@@ -366,7 +366,7 @@ class _Refused(Exception):
 def _differences(expected: dict, actual: dict, tolerances: dict) -> list[str]:
     """Entries where `actual` is not the pristine bundle's result within the tolerances
     verify applies (the bundle's own, per entry): what "correct" means for a bundle."""
-    from aotc.parity import compare
+    from aotc.tools.verify import compare
 
     missing = sorted(set(actual) - set(expected))
     checks = compare("fuzz", expected, actual, tolerances, None)
@@ -375,7 +375,7 @@ def _differences(expected: dict, actual: dict, tolerances: dict) -> list[str]:
 
 def baselines(samples: dict) -> dict:
     from aotc.bundle import Bundle
-    from aotc.parity import _golden, _golden_inputs, run_artifact
+    from aotc.tools.verify import _golden, _golden_inputs, run_artifact
 
     out = {}
     for name, (path, backend) in samples.items():

@@ -16,21 +16,36 @@ from pathlib import Path
 import pytest
 
 import aotc
-from aotc import formats
 from aotc.errors import AotcError
+from aotc.exporters import formats
 
 ROOT = Path(__file__).resolve().parent.parent
 # source folder -> the package it is installed as (pyproject's package-dir)
 PACKAGES = {"aotc": "aotc", "cli": "aotc.cli", "exporters": "aotc.exporters"}
 
-# The tools over bundles: capture and runtime never reach them (a bundle loads and a model
-# captures without verify, bench, report or export's own checks).
-TOOLS = {
-    "aotc.api", "aotc.parity", "aotc.size_check", "aotc.bench", "aotc.bench_child", "aotc.bench_raw", "aotc.diff",
-    "aotc.diff_change", "aotc.diff_tensors", "aotc.report", "aotc.report_graph", "aotc.regions",
-    "aotc.generation_export", "aotc.records", "aotc.hf", "aotc.run_once",
-}
-LOWER = ("aotc.capture", "aotc.runtime")
+# The layers of the tree, lowest first: a module imports from its own layer and lower ones only.
+# So a bundle opens and a model captures without the runtime, and a bundle loads without
+# verify, bench, report or export's own checks (the tools).
+LAYERS = [
+    ("foundation", ("aotc", "aotc.errors", "aotc._torch_compat", "aotc.devices", "aotc.optional_deps",
+                    "aotc.number_format", "aotc.moved_modules")),
+    ("bundle format and contract", ("aotc.bundle", "aotc.contract", "aotc.sources")),
+    ("capture", ("aotc.capture",)),
+    ("runtime and formats", ("aotc.runtime", "aotc.exporters")),
+    ("export, compile and tools", ("aotc.api", "aotc.export_writer", "aotc.compiler", "aotc.tools")),
+    ("command line", ("aotc.cli", "aotc.__main__")),
+]
+
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of the longest prefix naming `module` (a module or its package)."""
+    best, level = "", None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, level = prefix, index
+    assert level is not None, f"{module} is in no layer: add it to LAYERS"
+    return level
 
 
 def _modules() -> dict[str, Path]:
@@ -49,8 +64,8 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Every aotc module `name` imports, wherever the statement stands."""
+def _targets(name: str, path: Path, modules: dict[str, Path]) -> list[str]:
+    """Every dotted name `name` imports (modules, and names inside them), wherever the statement stands."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(tree):  # drop `if TYPE_CHECKING:` blocks
@@ -75,8 +90,16 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     if imports_package:  # `import aotc` then `aotc.load(...)`
         targets += [aotc._EXPORTS[n.attr] for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                     and isinstance(n.value, ast.Name) and n.value.id == "aotc" and n.attr in aotc._EXPORTS]
-    resolved = {_resolve(t, modules) for t in targets}
-    return {m for m in resolved if m is not None and m != name and m != "aotc"}
+    return targets
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every aotc module `name` imports, wherever the statement stands."""
+    resolved = {_resolve(t, modules) for t in _targets(name, path, modules)}
+    # importing `a.b.c` runs the packages' `a/__init__` and `a/b/__init__` first
+    packages = {m.rsplit(".", i)[0] for m in resolved if m for i in range(1, m.count("."))}
+    return {m for m in resolved | packages
+            if m is not None and m != name and m != "aotc" and m in modules and not name.startswith(m + ".")}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -121,12 +144,42 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_kind_of_import():
     graph = _graph()
-    assert "aotc.bundle" in graph["aotc.regional_bundle"]  # module level
-    assert "aotc.runtime.module" in graph["aotc.regional_bundle"]  # inside a function
-    assert "aotc.runtime" in graph["aotc.parity"]  # `import aotc` then `aotc.load(...)`
-    assert "aotc.regions" in graph["aotc.cli.export"]  # `from aotc.regions import export_regions`
+    assert "aotc.bundle.files" in graph["aotc.runtime.regional"]  # module level
+    assert "aotc.runtime.module" in graph["aotc.runtime.regional"]  # inside a function
+    assert "aotc.runtime" in graph["aotc.tools.verify"]  # `import aotc` then `aotc.load(...)`
+    assert "aotc.tools.regions" in graph["aotc.cli.export"]  # `from aotc.tools.regions import export_regions`
     assert "aotc.exporters.aoti_cache" in graph["aotc.exporters.aoti"]  # installed names of exporters/ and cli/
     assert "aotc.cli.options" in graph["aotc.cli.run"]
+
+
+def test_every_import_names_a_module_of_the_tree():
+    """The library imports modules by their paths in the package tree, never by the flat paths
+    of aotc 0.1 that aotc.moved_modules keeps importable for users."""
+    modules = _modules()
+    stale = []
+    for name, path in modules.items():
+        for target in _targets(name, path, modules):
+            top = target.split(".")[0]
+            if top == "aotc" and target not in ("aotc", "aotc.__version__") and _resolve(target, modules) == "aotc":
+                stale.append(f"{name}: {target}")
+    assert stale == []
+
+
+def test_moved_module_paths_still_import(recwarn):
+    """`import aotc.parity` (a 0.1 path) gives the module at its new place, the same object."""
+    import importlib
+
+    from aotc.moved_modules import MOVED
+
+    tree = set(_modules())
+    for old, new in MOVED.items():
+        assert old not in tree and new in tree, old
+    assert importlib.import_module("aotc.parity") is importlib.import_module("aotc.tools.verify")
+    from aotc.bundle.schema import Manifest as Now
+    from aotc.schema import Manifest
+
+    assert Manifest is Now
+    assert any("aotc.parity moved to aotc.tools.verify" in str(w.message) for w in recwarn.list)
 
 
 def test_no_import_circle():
@@ -143,20 +196,19 @@ def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_capture_and_runtime_never_import_tools():
+def test_imports_go_down_the_layers():
     graph = _graph()
-    assert TOOLS <= set(graph), sorted(TOOLS - set(graph))  # a renamed tool must be renamed here too
-    reached = {
-        (name, dep) for name, deps in graph.items() if name.startswith(LOWER) for dep in deps if dep in TOOLS
-    }
-    assert reached == set()
+    upward = sorted(
+        f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
+        for name, deps in graph.items() for dep in deps if _layer(dep) > _layer(name)
+    )
+    assert upward == []
 
 
-def test_the_library_never_imports_the_cli():
-    graph = _graph()
-    cli = {"aotc.__main__"}  # `python -m aotc`: the CLI's entry point
-    library = {name: deps for name, deps in graph.items() if not name.startswith("aotc.cli") and name not in cli}
-    assert {(n, d) for n, deps in library.items() for d in deps if d.startswith("aotc.cli")} == set()
+def test_the_layer_check_sees_an_upward_import():
+    assert _layer("aotc.runtime.module") > _layer("aotc.bundle.files")
+    assert _layer("aotc.tools.verify") > _layer("aotc.runtime.module")
+    assert _layer("aotc.cli.run") == len(LAYERS) - 1 and _layer("aotc.errors") == 0
 
 
 def test_every_format_has_every_member_the_library_calls():

@@ -15,8 +15,8 @@ import aotc
 from aotc.bundle import Bundle, load_exported_program
 from aotc.capture import CaptureOptions, capture
 from aotc.errors import BundleError
-from aotc.regions_schema import RegionsManifest
-from aotc.schema import Manifest, Metadata, Signature, json_schema, to_json
+from aotc.bundle.regions_schema import RegionsManifest
+from aotc.bundle.schema import Manifest, Metadata, Signature, json_schema, to_json
 from conftest import ROOT, fresh_sample
 
 GOLDEN = Path(__file__).parent / "golden"

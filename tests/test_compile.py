@@ -129,7 +129,7 @@ def _tamper_build(src, dst, **changes):
 
 
 def test_artifact_for_another_cpu_is_refused(sample_bundles, compiled, tmp_path):
-    from aotc.fingerprint import cpu_flags
+    from aotc.bundle.fingerprint import cpu_flags
 
     present = sorted(cpu_flags())[0]  # a flag this CPU has (avx512f is not on every machine)
     src = sample_bundles[("mlp", "inference")][0]

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import aotc
-from aotc.diff import diff_bundles, tensor_change
+from aotc.tools.diff import diff_bundles, tensor_change
 from conftest import invoke
 
 X = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))

@@ -141,7 +141,7 @@ def _rank_main(rank: int, port: int, autograd_bundle: str, joint_bundle: str, ou
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel
 
-    from aotc.model_file import load_model
+    from aotc.sources.model_file import load_model
 
     # Two ranks on two cores: one thread each, or they fight over the cores.
     torch.set_num_threads(1)
@@ -200,7 +200,7 @@ def _run_ranks(*args) -> None:
 def _single_process(data_rank: int) -> dict:
     """Eager training on one rank's data alone, no process group: what a rank would end
     with if DDP/FSDP2 silently did not synchronize."""
-    from aotc.model_file import load_model
+    from aotc.sources.model_file import load_model
 
     spec = load_model(str(SAMPLE))
     model = spec.module.train()

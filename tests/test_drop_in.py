@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import aotc
 from aotc.errors import BundleError, InputError
-from aotc.outputs import ModelOutput, plain_outputs
+from aotc.contract.outputs import ModelOutput, plain_outputs
 
 transformers = pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
 
@@ -197,7 +197,7 @@ class Attention(torch.nn.Module):
 def test_eval_attention_is_not_random_and_exports_to_onnx(tmp_path):
     pytest.importorskip("onnxruntime", reason="the onnx extra (make test installs it)")
     from aotc.exporters.onnx import add_to_bundle
-    from aotc.randomness import random_ops
+    from aotc.contract.randomness import random_ops
 
     torch.manual_seed(0)
     model = Attention(0.5).eval()
@@ -259,7 +259,7 @@ def test_transformer_encoder_exports_to_onnx(tmp_path):
 
 
 def test_training_dropout_is_random(tmp_path):
-    from aotc.randomness import random_ops
+    from aotc.contract.randomness import random_ops
 
     model = Attention(0.5).train()
     program = torch.export.export(model, (torch.randn(2, 5, 8),), strict=False).run_decompositions()

@@ -17,7 +17,7 @@ import torch
 import aotc
 from aotc._torch_compat import pytree
 from aotc.errors import InputError
-from aotc.outputs import plain_outputs
+from aotc.contract.outputs import plain_outputs
 
 transformers = pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
 
@@ -99,7 +99,7 @@ def test_lifted_constants_are_stored_passed_and_listed(hf_bundles):
     """GPT-2's cache code makes tensors inside forward; torch.export lifts them to inputs."""
     from safetensors import safe_open
 
-    from aotc.summary import describe
+    from aotc.bundle.summary import describe
 
     case, model, path = hf_bundles("gpt2")
     bundle = aotc.Bundle.open(path)

@@ -13,7 +13,7 @@ import torch
 import aotc
 from aotc.errors import BundleError, RegionError
 from conftest import SAMPLES, invoke
-from aotc.model_file import load_model
+from aotc.sources.model_file import load_model
 
 
 def _line(path, text: str) -> int:

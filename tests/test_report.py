@@ -16,7 +16,7 @@ import torch
 
 import aotc
 from aotc.bundle import Bundle
-from aotc.records import RECORDS
+from aotc.bundle.records import RECORDS
 from conftest import ROOT, SAMPLE_NAMES, invoke
 
 SHOTS = ROOT / "build" / "report-screenshots"
@@ -254,7 +254,7 @@ def test_report_errors_are_named(tmp_path):
 
 
 def test_a_regional_bundle_shows_its_regions_and_every_group(browser, gpt_regions, tmp_path):
-    from aotc.regional_bundle import RegionalBundle
+    from aotc.runtime.regional import RegionalBundle
 
     rb = RegionalBundle.open(gpt_regions)
     _open(browser, _report(gpt_regions, tmp_path / "regions.html"))
@@ -271,7 +271,7 @@ def test_a_regional_bundle_shows_its_regions_and_every_group(browser, gpt_region
 
 def test_a_record_of_the_wrong_shape_is_refused(tmp_path):
     from aotc.errors import BundleError
-    from aotc.records import write_record
+    from aotc.bundle.records import write_record
 
     path = aotc.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),), tmp_path / "b").path
     with pytest.raises(BundleError, match=r"checks\[0\] has no bool 'passed'"):

@@ -107,11 +107,11 @@ def test_mutations_of_subclass_inputs_and_buffers_reach_the_caller(tmp_path):
 
 
 def test_untrusted_class_is_refused_before_any_import(pair_bundles, monkeypatch):
-    import aotc.subclasses
+    import aotc.contract.subclasses
 
     imported = []
-    real_import = aotc.subclasses.importlib.import_module
-    monkeypatch.setattr(aotc.subclasses.importlib, "import_module", lambda name: imported.append(name) or real_import(name))
+    real_import = aotc.contract.subclasses.importlib.import_module
+    monkeypatch.setattr(aotc.contract.subclasses.importlib, "import_module", lambda name: imported.append(name) or real_import(name))
     with pytest.raises(UntrustedSubclassError) as e:
         aotc.load(pair_bundles[("linear", "eval")])
     assert "'subclass_models:PairTensor'" in str(e.value) and "--trust subclass_models:PairTensor" in str(e.value)
@@ -163,7 +163,7 @@ def test_edited_subclass_metadata_is_refused(pair_bundles, tmp_path):
 
 
 def _int8_model():
-    from aotc.model_file import load_model
+    from aotc.sources.model_file import load_model
 
     return load_model(str(SAMPLES / "int8_mlp.py"))
 

@@ -35,7 +35,7 @@ puts them back, exactly as AOTAutograd's own runtime wrappers do.
 """
 
 from aotc.capture.driver import capture
-from aotc.capture.finish import CapturedGraph
+from aotc.capture.flat_programs import CapturedGraph
 from aotc.capture.types import MODES, Capture, CaptureOptions
 
 __all__ = ["MODES", "Capture", "CaptureOptions", "CapturedGraph", "capture"]

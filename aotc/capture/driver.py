@@ -15,12 +15,11 @@ import torch
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
-from aotc.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
-from aotc.capture import eager_check
+from aotc.bundle.schema import Slot, UserInput
+from aotc.capture import eager_check, subclasses
 from aotc.capture.dynamic_shapes import declared_ranges, with_narrowings
+from aotc.capture.flat_programs import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
 from aotc.capture.grad_paths import reached_from
-from aotc.capture.finish import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
-from aotc.capture import subclasses
 from aotc.capture.inputs import check_tensors, duplicate_positions, flat_user_names, value_range
 from aotc.capture.metadata import (
     alias_groups,
@@ -31,13 +30,13 @@ from aotc.capture.metadata import (
     tensor_meta,
     traced_min,
 )
-from aotc.capture.program import Program
+from aotc.capture.model_with_loss import Program
 from aotc.capture.range_guards import describe as describe_narrowing
-from aotc.capture.slots import Names, input_name, state_aliases
+from aotc.capture.slot_names import Names, input_name, state_aliases
 from aotc.capture.trace import aot_capture, export_program, first_line
 from aotc.capture.types import MODES, Capture, CaptureOptions
+from aotc.contract.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
 from aotc.errors import CaptureError
-from aotc.schema import Slot, UserInput
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Any
 
 from torch.export import ExportedProgram
 
+from aotc.bundle.schema import TensorMeta
 from aotc.capture.metadata import finite_int
 from aotc.capture.range_guards import Narrowing
 from aotc.errors import CaptureError
-from aotc.model_file import FunctionModule, forward_arg_names
-from aotc.schema import TensorMeta
+from aotc.sources.model_file import FunctionModule, forward_arg_names
 
 
 def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:

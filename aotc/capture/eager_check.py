@@ -19,10 +19,10 @@ import torch
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
-from aotc.aliasing import clone_like, geometry
+from aotc.bundle.schema import ProgramMeta
 from aotc.capture.grad_paths import GradPaths, target_nodes, walk
+from aotc.contract.aliasing import clone_like, geometry
 from aotc.errors import CaptureError
-from aotc.schema import ProgramMeta
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from aotc import _torch_compat as tc
-from aotc.schema import GraphSignature, ProgramMeta, Slot
+from aotc.bundle.schema import GraphSignature, ProgramMeta, Slot
 
 # A root is ("output", flat output index) or ("input", flat user input index) for an input
 # the call mutated visibly to autograd; a target is ("input", index), ("base", index) for

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.contract.subclasses import check_capturable, is_subclass
 from aotc.errors import CaptureError
-from aotc.model_file import forward_arg_names
-from aotc.subclasses import check_capturable, is_subclass
+from aotc.sources.model_file import forward_arg_names
 
 
 def flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:

@@ -15,10 +15,7 @@ import torch
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
-from aotc.aliasing import geometry, storage_groups, synthetic_base
-from aotc.capture import eager_check
-from aotc.errors import CaptureError
-from aotc.schema import (
+from aotc.bundle.schema import (
     AliasedInput,
     AliasGroup,
     DynamicDim,
@@ -29,6 +26,9 @@ from aotc.schema import (
     Slot,
     TensorMeta,
 )
+from aotc.capture import eager_check
+from aotc.contract.aliasing import geometry, storage_groups, synthetic_base
+from aotc.errors import CaptureError
 
 
 def _symbol_range(sym: torch.SymInt) -> tuple[str, int, int | None]:

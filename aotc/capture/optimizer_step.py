@@ -1,7 +1,7 @@
 """A joint graph extended with its optimizer's update: the whole training step in one graph.
 
 The captured joint graph computes (buffer updates, loss, gradients) from (parameters,
-buffers, user inputs). `fuse_optimizer` re-exports it followed by `aotc.optimizers.update`
+buffers, user inputs). `fuse_optimizer` re-exports it followed by `aotc.contract.optimizers.update`
 on the parameters' gradients, taking the optimizer's state and hyperparameters as extra
 inputs (before the lifted constants, which stay last) and returning the new parameters
 and state after the joint graph's own outputs, which are unchanged (the runtime's
@@ -16,9 +16,9 @@ import dataclasses
 
 import torch
 
-from aotc import optimizers
-from aotc.capture.finish import CapturedGraph, carry_module_stacks, reexport
-from aotc.schema import OptimizerInfo, Slot
+from aotc.bundle.schema import OptimizerInfo, Slot
+from aotc.capture.flat_programs import CapturedGraph, carry_module_stacks, reexport
+from aotc.contract import optimizers
 
 
 class _FusedStep(torch.nn.Module):

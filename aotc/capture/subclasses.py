@@ -28,9 +28,9 @@ import torch
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
+from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
+from aotc.contract.subclasses import Rebuilder, describe, inner_names, inner_paths, is_subclass, plain_tensors
 from aotc.errors import CaptureError
-from aotc.subclasses_schema import Subclasses, SubclassTensor
-from aotc.subclasses import Rebuilder, describe, inner_names, inner_paths, is_subclass, plain_tensors
 
 
 def _as_dict(t: torch.Tensor) -> dict:
@@ -168,7 +168,7 @@ class SubclassPlan:
 
 def _grad_meta(meta: Any) -> SubclassTensor:
     """AOTAutograd's SubclassCreationMeta as aotc's SubclassTensor."""
-    from aotc.subclasses import class_name, encode_context
+    from aotc.contract.subclasses import class_name, encode_context
 
     example = meta.original_subclass
     cls = meta.original_subclass_type or type(example)

@@ -15,7 +15,7 @@ from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.metadata import check_scalar_loss, graph_placeholders
-from aotc.capture.program import Program
+from aotc.capture.model_with_loss import Program
 from aotc.capture.range_guards import Narrowing
 from aotc.capture.ranges import export_within_ranges
 from aotc.capture.subclasses import SubclassPlan, desugar, with_outer_requires_grad

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.capture.finish import CapturedGraph
-from aotc.schema import OptimizerInfo, ProgramMeta, TensorMeta, UserInput
-from aotc.subclasses_schema import Subclasses
+from aotc.bundle.schema import OptimizerInfo, ProgramMeta, TensorMeta, UserInput
+from aotc.bundle.subclasses_schema import Subclasses
+from aotc.capture.flat_programs import CapturedGraph
 
 # Which graphs each capture mode produces.
 MODES: dict[str, tuple[str, ...]] = {
@@ -56,6 +56,6 @@ class Capture:
     narrowed: list[str] = field(default_factory=list)
     # where the eager model had tensor subclasses (None: it had none)
     subclasses: Subclasses | None = None
-    # the optimizer a joint graph carries, and its state by '<fqn>/<key>' (aotc.optimizers)
+    # the optimizer a joint graph carries, and its state by '<fqn>/<key>' (aotc.contract.optimizers)
     optimizer: OptimizerInfo | None = None
     optimizer_state: dict[str, torch.Tensor] = field(default_factory=dict)

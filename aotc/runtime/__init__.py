@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aotc.bundle import Bundle
+from aotc.bundle.files import Bundle
 from aotc.devices import resolve_device
 from aotc.errors import AotcError, BundleError, ModeError
 from aotc.runtime.module import LoadedModule
@@ -19,17 +19,17 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     `backend`: "aoti" (compiled artifacts), "fx" (the ExportedPrograms), "onnx"
     (onnxruntime), or "auto": aoti when the bundle has artifacts for the device, else fx.
     `trusted_subclasses`: tensor classes (`"module:Class"` or the class) the bundle may
-    make aotc import, besides torch's and torchao's own (see aotc.subclasses).
+    make aotc import, besides torch's and torchao's own (see aotc.contract.subclasses).
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
     bundle = Bundle.open(path)
     check_mode(bundle, mode)
-    from aotc.subclasses import check_trust
+    from aotc.contract.subclasses import check_trust
 
     check_trust(bundle.metadata.subclasses, trusted_subclasses)  # before any artifact is loaded
     device = resolve_device(device)
-    from aotc import formats
+    from aotc.exporters import formats
 
     if backend not in formats.backends():
         raise AotcError(f"backend must be one of {', '.join(formats.backends())}, not {backend!r}.")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aotc.schema import GraphSignature, ProgramMeta
+from aotc.bundle.schema import GraphSignature, ProgramMeta
 
 Graph = Callable[..., tuple]
 

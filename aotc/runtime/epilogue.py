@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc.bundle.schema import GraphSignature, ProgramMeta
 from aotc.errors import InputError
-from aotc.schema import GraphSignature, ProgramMeta
 
 _PLAIN = {"non_alias", "unsafe_view_alias", "custom_function_view"}
 

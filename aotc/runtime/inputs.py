@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc.bundle.schema import AliasGroup, Metadata, ProgramMeta, UserInput
+from aotc.contract.aliasing import StrideGuard, geometry, may_overlap, realias, storage_key, synthetic_base
 from aotc.errors import InputError
-from aotc.aliasing import StrideGuard, geometry, may_overlap, realias, storage_key, synthetic_base
-from aotc.schema import AliasGroup, Metadata, ProgramMeta, UserInput
 
 _DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 

@@ -16,7 +16,7 @@ import torch
 from aotc.errors import AotcError, GraphRunError, ModeError
 from aotc.runtime.distributed import check_joint_step
 from aotc.runtime.grads import accumulate, spans
-from aotc.runtime.program import Program
+from aotc.runtime.loaded_program import Program
 
 if TYPE_CHECKING:
     from aotc.runtime.module import LoadedModule

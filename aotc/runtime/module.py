@@ -14,17 +14,17 @@ from torch import nn
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
-from aotc.outputs import load_spec
-from aotc.aliasing import StrideGuard, dense_strides
-from aotc.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
-from aotc.bundle import Bundle
+from aotc.bundle.files import Bundle
+from aotc.contract.aliasing import StrideGuard, dense_strides
+from aotc.contract.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
+from aotc.contract.optimizers import for_module
+from aotc.contract.outputs import load_spec
 from aotc.errors import AotcError, FrozenWeightsError, GraphRunError, InputError, ModeError
-from aotc.optimizers import for_module
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs, with_refusing_history
 from aotc.runtime.fast_path import MISS, FastPath, layouts_checkable
 from aotc.runtime.inputs import CallStructure, build_checks
 from aotc.runtime.joint_step import joint_step
-from aotc.runtime.program import Program, with_constants
+from aotc.runtime.loaded_program import Program, with_constants
 from aotc.runtime.state import FrozenState, populate, refusal, slot_getter
 from aotc.runtime.subclasses import SubclassLayer
 

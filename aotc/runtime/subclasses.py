@@ -8,7 +8,7 @@ parameters and buffers, so `state_dict()` holds them as the eager model's did.
 
 Under autograd two small Functions connect the layers: `Unwrap` hands the graphs a
 subclass's inner tensors and turns their gradients back into the subclass's gradient;
-`Wrap` does the reverse for outputs. Classes come from aotc.subclasses.resolve, which
+`Wrap` does the reverse for outputs. Classes come from aotc.contract.subclasses.resolve, which
 imports only trusted ones; a bundle without subclasses never builds this layer.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.outputs import load_spec
+from aotc.bundle.subclasses_schema import Subclasses
+from aotc.contract.outputs import load_spec
+from aotc.contract.subclasses import Rebuilder, inner_names, resolve
 from aotc.errors import InputError
-from aotc.subclasses_schema import Subclasses
-from aotc.subclasses import Rebuilder, inner_names, resolve
 
 
 class Unwrap(torch.autograd.Function):

@@ -1,0 +1,268 @@
+"""`aotc bench`: a bundle's backends against the strongest baselines, side by side.
+
+Every variant runs in a fresh Python process (`python -m aotc.tools.bench_child`), timed from before
+the process starts to its first output (cold start), then for `iters` more calls
+(steady state: median and p90); the child reports its peak RSS (CPU) or
+`max_memory_allocated` (CUDA). With `train`, a call is a whole step: forward, backward
+and an SGD step (for a joint bundle that carries its optimizer, that optimizer: the
+baselines run torch.optim's with the same hyperparameters). The variants:
+
+- `aotc <backend>`: `aotc.load(bundle)`, the whole wrapper stack, on the golden inputs;
+- `aoti raw runner`: the compiled package's own `run` on flat tensors gathered once, no
+  aotc code per call: the floor the wrapper stack is measured against (training: the
+  forward and backward packages and a foreach SGD update, no buffer updates);
+- `eager` and `torch.compile` (cold, then warm inductor cache) on the model the user
+  names with `model`; for inference also `torch.compile freezing` (inductor's freezing,
+  the baseline for a bundle compiled with `aotc compile --freeze`);
+- `aot_compile`: torch.compile's own ahead-of-time artifact
+  (`torch.compile(model.forward, fullgraph=True).aot_compile(...)`, then
+  `save_compiled_function`), made in a process of its own that is not timed, then loaded
+  with `torch.compiler.load_compiled_function` (a pickle; the model's class must be
+  importable) with an empty inductor cache (cold) and with the one compiling left (warm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from aotc.tools.bench_raw import RAW
+
+BASELINES = ("eager", "torch.compile", "aot_compile", "raw")
+MODEL_BASELINES = ("eager", "torch.compile", "aot_compile")  # these rebuild the model from --model
+AOT_NOTE = "pickle (AOTCompilePickler); needs the model's class importable"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One variant's figures; times in seconds (cold start) and microseconds (per call).
+    With several runs (fresh processes), each figure is the median over the runs and
+    `runs_median_us` lists every run's median. A baseline that failed has `error` set and
+    no figures."""
+
+    variant: str
+    cold_start_s: float | None
+    median_us: float | None
+    p90_us: float | None
+    iters: int
+    calls_per_s: float | None
+    peak_memory_mib: float | None
+    note: str = ""
+    error: str = ""
+    runs_median_us: tuple[float, ...] = ()
+    runs_cold_start_s: tuple[float, ...] = ()
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest - fastest) / median of the runs' medians; None with one run."""
+        if len(self.runs_median_us) < 2 or not self.median_us:
+            return None
+        return (max(self.runs_median_us) - min(self.runs_median_us)) / self.median_us
+
+
+def _combine(results: list[Result]) -> Result:
+    """Several runs of one variant as one Result of medians."""
+    if len(results) == 1:
+        return results[0]
+    med = statistics.median
+    median = med(r.median_us for r in results)
+    first = results[0]
+    return Result(first.variant, med(r.cold_start_s for r in results), median, med(r.p90_us for r in results),
+                  first.iters, 1e6 / median if median else 0.0, max(r.peak_memory_mib for r in results), first.note,
+                  runs_median_us=tuple(r.median_us for r in results),
+                  runs_cold_start_s=tuple(r.cold_start_s for r in results))
+
+
+# ----------------------------------------------------------------- in the driver
+
+
+def _last_line(err: str) -> str:
+    return ([ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"])[0]
+
+
+def run_variant(variant: str, spec: dict, env: dict | None = None, repeats: int = 1) -> Result:
+    """Run one variant in `repeats` fresh processes, one after the other; their medians."""
+    return _combine([_run_once(variant, spec, env) for _ in range(repeats)])
+
+
+def _run_once(variant: str, spec: dict, env: dict | None) -> Result:
+    """Run one variant in a fresh process and collect its figures."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aotc.tools.bench_child", json.dumps({**spec, "variant": variant})],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or os.environ.copy(),
+    )
+    first, figures = None, None
+    for line in proc.stdout:
+        if line.startswith("FIRST") and first is None:
+            first = time.perf_counter() - start
+        elif line.startswith("{"):
+            figures = json.loads(line)
+    err = proc.stderr.read()
+    if proc.wait() != 0 or first is None or figures is None:
+        from aotc.errors import AotcError
+
+        raise AotcError(f"benchmark variant '{variant}' failed: {_last_line(err)}")
+    median = figures["median_us"]
+    return Result(variant, first, median, figures["p90_us"], spec["iters"], 1e6 / median if median else 0.0,
+                  figures["peak_memory_mib"], note=AOT_NOTE if variant.startswith("aot_compile") else "")
+
+
+def _failed(variant: str, spec: dict, error: str) -> Result:
+    return Result(variant, None, None, None, spec["iters"], None, None, error=error)
+
+
+def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: int = 10, device: str = "cpu",
+          train: bool = False, threads: int = 1, on_variant=None, model: str | None = None,
+          trusted_subclasses=(), repeats: int = 1) -> list[Result]:
+    """Benchmark every backend of the bundle (or `backends`) and the baselines; eager,
+    torch.compile and aot_compile rebuild the model from `model` (a model file or
+    pkg.mod:factory the caller names; a path recorded in the bundle is never imported).
+    Each variant runs in `repeats` fresh processes (the cold-cache ones once: a second
+    run would find the cache warm)."""
+    from aotc.bundle.files import Bundle
+    from aotc.errors import AotcError
+    from aotc.runtime.regional import is_regional
+    from aotc.tools.verify import artifacts
+
+    if is_regional(path):
+        return _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
+                              trusted_subclasses, repeats)
+    bundle = Bundle.open(path)
+    found, _ = artifacts(bundle)
+    available = [(label, backend) for label, backend, dev in found if dev == device or backend == "onnx"]
+    if backends:
+        unknown = set(backends) - {b for _, b in available}
+        if unknown:
+            raise AotcError(
+                f"Bundle '{bundle.path}' has no {', '.join(sorted(unknown))} artifact for {device}; it has "
+                f"{', '.join(b for _, b in available)}."
+            )
+        available = [(label, b) for label, b in available if b in backends]
+    training = times_training(bundle, train)
+    _need_model(baselines, model)
+    spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
+            "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
+            "repeats": repeats}
+    joint = " joint" if "joint" in bundle.graph_kinds else ""  # a whole training step in one graph
+    if bundle.metadata.optimizer is not None:  # ... optimizer included
+        joint += f"+{bundle.metadata.optimizer.name}"
+    variants = [(f"aotc{joint} {label}", {"backend": backend}) for label, backend in available]
+    if "raw" in baselines and any(b == "aoti" for _, b in available):
+        variants.append((RAW, {}))
+    return _run_variants(spec, variants, baselines, on_variant)
+
+
+def times_training(bundle, train: bool) -> bool:
+    """Whether bench times training steps: asked for, or the bundle has nothing else."""
+    return train or bundle.metadata.training and "inference" not in bundle.graph_kinds
+
+
+def _need_model(baselines, model) -> None:
+    rebuilding = [b for b in baselines if b in MODEL_BASELINES]
+    if rebuilding and not model:
+        from aotc.errors import AotcError
+
+        raise AotcError(
+            f"the {' and '.join(rebuilding)} baseline(s) rebuild the model: name its file with --model "
+            "(model=), or pass --baselines none to time the bundle alone. aotc never runs a model file "
+            "a bundle names."
+        )
+
+
+def _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
+                   trusted_subclasses, repeats=1) -> list[Result]:
+    """A regional bundle: the model file's model with the regions applied (fx; aoti when
+    every group is compiled) on its example inputs, against the baselines."""
+    from aotc.errors import AotcError
+    from aotc.runtime.regional import RegionalBundle
+
+    if not model:
+        raise AotcError(f"'{path}' is a regional bundle: name the model to apply it to with --model (model=).")
+    rb = RegionalBundle.open(path)
+    compiled = all(any(f.kind == "compiled" and f.device == device for f in b.manifest.files) for b in rb.groups.values())
+    available = [b for b in ("fx", "aoti") if b == "fx" or compiled]
+    if backends:
+        unknown = set(backends) - set(available)
+        if unknown:
+            raise AotcError(f"'{path}' has no {', '.join(sorted(unknown))} artifacts for every group; it has "
+                            f"{', '.join(available)}.")
+        available = [b for b in available if b in backends]
+    spec = {"bundle": str(rb.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
+            "train": train or rb.manifest.graph_kinds != ["inference"], "threads": threads, "backend": None,
+            "regional": True, "trusted": _names(trusted_subclasses), "repeats": repeats}
+    return _run_variants(spec, [(f"aotc regions {b}", {"backend": b}) for b in available], baselines, on_variant)
+
+
+def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Result]:
+    """Each of aotc's `variants`, then the baselines, in a fresh process each. torch.compile
+    and aot_compile get a cold inductor cache of their own, then the cache their first
+    run (or the aot_compile preparation) left. A baseline that fails is reported, not fatal."""
+    results = []
+    repeats = spec.get("repeats", 1)
+    for name, extra in variants:
+        if on_variant:
+            on_variant(name)
+        results.append(run_variant(name, {**spec, **extra}, repeats=repeats))
+    if "eager" in baselines:
+        results.append(_baseline("eager", spec, None, on_variant, repeats=repeats))
+    if "torch.compile" in baselines:
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+            results.append(_baseline("torch.compile (cold cache)", spec, env, on_variant))
+            results.append(_baseline("torch.compile (warm cache)", spec, env, on_variant, repeats=repeats))
+        if not spec["train"]:  # freezing folds weights that training would change
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+                results.append(_baseline("torch.compile freezing (cold cache)", spec, env, on_variant))
+                results.append(_baseline("torch.compile freezing (warm cache)", spec, env, on_variant, repeats=repeats))
+    if "aot_compile" in baselines and not spec.get("regional"):
+        results += _aot_compile_variants(spec, on_variant)
+    return results
+
+
+def _baseline(name: str, spec: dict, env: dict | None, on_variant, extra: dict | None = None,
+              repeats: int = 1) -> Result:
+    if on_variant:
+        on_variant(name)
+    from aotc.errors import AotcError
+
+    try:
+        return run_variant(name, {**spec, **(extra or {})}, env, repeats)
+    except AotcError as e:
+        return _failed(name, spec, str(e))
+
+
+def _aot_compile_variants(spec: dict, on_variant) -> list[Result]:
+    names = ("aot_compile (cold cache)", "aot_compile (warm cache)")
+    with tempfile.TemporaryDirectory() as tmp:
+        warm, artifact = Path(tmp) / "warm-cache", str(Path(tmp) / "compiled.bin")
+        if on_variant:
+            on_variant("aot_compile: compiling (not timed)")
+        proc = subprocess.run(
+            [sys.executable, "-m", "aotc.tools.bench_child", "--prepare-aot", json.dumps({**spec, "artifact": artifact})],
+            capture_output=True, text=True, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)),
+        )
+        if proc.returncode != 0:
+            error = f"aot_compile failed: {_last_line(proc.stderr)}"
+            return [_failed(name, spec, error) for name in names]
+        extra = {"artifact": artifact}
+        cold = _baseline(names[0], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "cold-cache")),
+                         on_variant, extra)
+        return [cold, _baseline(names[1], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)), on_variant, extra,
+                                spec.get("repeats", 1))]
+
+
+def _names(classes) -> list[str]:
+    return [t if isinstance(t, str) else f"{t.__module__}:{t.__qualname__}" for t in classes]
+
+
+def as_json(results: list[Result]) -> list[dict]:
+    return [{**asdict(r), "spread": r.spread} for r in results]

@@ -1,0 +1,198 @@
+"""`aotc bench`'s child process (`python -m aotc.tools.bench_child SPEC`): builds one variant
+(aotc's loaded bundle, eager, torch.compile, an aot_compile artifact or the raw runner),
+times it and prints "FIRST" after the first call, then one JSON line of figures.
+`python -m aotc.tools.bench_child --prepare-aot SPEC` makes the aot_compile artifact, untimed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from aotc.tools.bench_raw import RAW
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak RSS. /proc's VmHWM starts afresh at exec; ru_maxrss keeps the
+    parent's high-water mark across fork+exec, which would report the benchmark driver."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _inputs(spec: dict, device):
+    """(args, kwargs) on `device`: the bundle's golden inputs, or a regional bundle's
+    model file's example inputs."""
+    import torch
+
+    from aotc._torch_compat import pytree
+
+    if spec.get("regional"):
+        from aotc.sources.model_file import load_model
+
+        example = load_model(spec["source"])
+        inputs = (example.args, example.kwargs)
+    else:
+        from aotc.bundle.files import Bundle
+        from aotc.tools.verify import _golden, _golden_inputs
+
+        bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+        inputs = _golden_inputs(bundle, _golden(bundle), spec["trusted"])
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
+
+
+def _model_step(spec: dict, device):
+    """A step over a model: aotc's loaded bundle, eager, torch.compile or an aot_compile
+    artifact; returns step()."""
+    import torch
+
+    from aotc._torch_compat import pytree
+
+    variant, train = spec["variant"], spec["train"]
+    regional = spec.get("regional", False)
+    joint = False
+    loss_fn = None
+    if variant.startswith("aotc"):
+        import aotc
+
+        if regional:
+            from aotc.sources.model_file import load_model
+
+            model = aotc.apply(spec["bundle"], load_model(spec["source"]).module.to(device).train(train),
+                               backend=spec["backend"], device=device, trusted_subclasses=spec["trusted"])
+        else:
+            model = aotc.load(spec["bundle"], backend=spec["backend"], device=device,
+                              mode="train" if train else "eval", trusted_subclasses=spec["trusted"])
+            joint = "joint" in model._programs
+        call = model
+        if train and not joint and spec["source"]:
+            from aotc.sources.model_file import load_model
+
+            loss_fn = load_model(spec["source"]).loss
+    else:
+        from aotc.sources.model_file import load_model
+
+        loaded = load_model(spec["source"])
+        model = loaded.module.to(device).train(train)
+        loss_fn = loaded.loss
+        call = model
+        if variant.startswith("torch.compile freezing"):  # weights folded in, as `aotc compile --freeze`
+            from aotc import _torch_compat as tc
+
+            tc.inductor_freezing_on()  # a process of its own: nothing else compiles here
+            call = torch.compile(model)
+        elif variant.startswith("torch.compile"):
+            call = torch.compile(model)
+        elif variant.startswith("aot_compile"):
+            with open(spec["artifact"], "rb") as f:
+                compiled = torch.compiler.load_compiled_function(f)
+
+            def call(*a, **k):
+                return compiled(model, *a, **k)
+    args, kwargs = _inputs(spec, device)
+    optimizer = _optimizer(spec, model) if train and not (joint and model.optimizer is not None) else None
+
+    def step():
+        if not train:
+            with torch.no_grad():
+                return call(*args, **kwargs)
+        if joint:
+            loss = model.train_step(*args, **kwargs)
+            if optimizer is None:  # the bundle's graph ran the optimizer
+                return loss
+        else:
+            out = call(*args, **kwargs)
+            loss = loss_fn(out, *args, **kwargs) if loss_fn else sum(o.float().sum() for o in pytree.tree_leaves(out))
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return step
+
+
+def _optimizer(spec: dict, model):
+    """The optimizer a training step runs: the one a joint bundle carries (for the
+    baselines, torch.optim's own with its hyperparameters), else SGD with lr 1e-3."""
+    import torch
+
+    from aotc.bundle.files import Bundle
+
+    info = None if spec.get("regional") else Bundle.open(spec["bundle"], verify_hashes=False).metadata.optimizer
+    if info is None:
+        return torch.optim.SGD(model.parameters(), lr=1e-3)
+    from aotc.contract import optimizers
+
+    return optimizers.build(info, model, optimizers.initial_state(info, None, model))
+
+
+def _child(spec: dict) -> None:
+    """Runs in the child process: build the variant, time it, print one JSON line."""
+    import torch
+
+    from aotc.devices import resolve_device
+
+    torch.set_num_threads(spec["threads"])
+    device = resolve_device(spec["device"])
+    from aotc.tools.bench_raw import raw_step
+
+    step = raw_step(spec, device) if spec["variant"] == RAW else _model_step(spec, device)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    step()
+    sync()
+    print("FIRST", flush=True)
+    for _ in range(spec["warmup"]):
+        step()
+    times = []
+    for _ in range(spec["iters"]):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak = _peak_rss_mib()
+    times.sort()
+    print(json.dumps({
+        "median_us": statistics.median(times) * 1e6,
+        "p90_us": times[min(len(times) - 1, int(0.9 * len(times)))] * 1e6,
+        "peak_memory_mib": peak,
+    }), flush=True)
+
+
+def _prepare_aot(spec: dict) -> None:
+    """Runs in a process of its own: aot_compile the model on the bundle's inputs and save it."""
+    import torch
+
+    from aotc.devices import resolve_device
+    from aotc.sources.model_file import load_model
+
+    torch.set_num_threads(spec["threads"])
+    device = resolve_device(spec["device"])
+    model = load_model(spec["source"]).module.to(device).train(spec["train"])
+    args, kwargs = _inputs(spec, device)
+    with torch.no_grad() if not spec["train"] else contextlib.nullcontext():
+        compiled = torch.compile(model.forward, fullgraph=True).aot_compile((args, kwargs))
+    compiled.save_compiled_function(spec["artifact"])
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--prepare-aot":
+        _prepare_aot(json.loads(sys.argv[2]))
+    else:
+        _child(json.loads(sys.argv[1]))

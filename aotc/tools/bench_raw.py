@@ -1,0 +1,90 @@
+"""`aotc bench`'s raw runner: the compiled packages called bare on flat tensors gathered
+once, with no aotc code per call, the floor the wrapper stack is measured against.
+
+Inference calls the package (a frozen one on the user inputs alone); a joint bundle's step
+is the package plus a foreach SGD update, or for a bundle that carries its optimizer, the
+package and a foreach copy of the new parameters and state; a forward+backward bundle's,
+both packages and a foreach SGD update (no buffer updates, no loss function).
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+RAW = "aoti raw runner"  # the variant's name in bench's tables
+
+
+def raw_step(spec: dict, device):
+    """The compiled packages called bare on flat tensors gathered once; returns step()."""
+    import torch
+
+    from aotc._torch_compat import aoti_package_loader
+    from aotc.bundle.files import Bundle
+    from aotc.exporters import formats
+    from aotc.exporters.graph_inputs import example_graph_inputs
+
+    bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+    workdir = tempfile.mkdtemp(prefix="aotc-bench-")
+    index = device.index if device.index is not None else -1
+
+    def runner(kind: str):
+        path = bundle.path / formats.get("aoti").artifact_path(kind, device.type)
+        return aoti_package_loader(str(path), index, workdir).run
+
+    kinds = bundle.graph_kinds
+    if not spec["train"] or "inference" in kinds:
+        kind = "inference" if "inference" in kinds else kinds[0]
+        run, flat = runner(kind), example_graph_inputs(bundle, kind, device)
+        entry = bundle.manifest.file(formats.get("aoti").artifact_path(kind, device.type))
+        if (entry.build or {}).get("frozen") == "true":  # the weights are in the package: user inputs only
+            flat = [v for s, v in zip(bundle.signature.graphs[kind].inputs, flat)
+                    if s.role not in ("parameter", "buffer", "constant")]
+
+        def infer():
+            with torch.no_grad():  # as every other variant's inference step: the same harness cost
+                return run(flat)
+
+        return infer
+    sig = bundle.signature.graphs
+    lr = 1e-3
+    if "joint" in kinds:
+        run, flat = runner("joint"), example_graph_inputs(bundle, "joint", device)
+        names = [s.name for s in sig["joint"].inputs]
+        grads = [i for i, s in enumerate(sig["joint"].outputs) if s.role == "gradient"]
+        params = [flat[names.index(sig["joint"].outputs[i].name.removeprefix("grad:"))] for i in grads]
+
+        if bundle.metadata.optimizer is not None:  # the graph updates: copy its new values in
+            outputs = sig["joint"].outputs
+            where = {(s.role, s.target): i for i, s in enumerate(sig["joint"].inputs)}
+            new = [(i, where["parameter" if s.role == "updated_parameter" else s.role, s.target])
+                   for i, s in enumerate(outputs) if s.role in ("updated_parameter", "optimizer_state")]
+
+            def fused_step():
+                outs = run(flat)
+                torch._foreach_copy_([flat[j] for _, j in new], [outs[i] for i, _ in new])
+
+            return fused_step
+
+        def joint_step():
+            outs = run(flat)
+            torch._foreach_add_(params, [outs[i] for i in grads], alpha=-lr)
+
+        return joint_step
+    from aotc.runtime.autograd_fn import TrainingGraphs
+
+    graphs = TrainingGraphs.build(None, None, sig["forward"], sig["backward"])
+    forward, backward = runner("forward"), runner("backward")
+    flat = example_graph_inputs(bundle, "forward", device)
+    outs = forward(flat)
+    ones = [torch.ones_like(outs[p]) for p in graphs.tangent_outputs]
+    roles = [s.role for s in sig["forward"].inputs]
+    updates = [(k, t) for k, t in enumerate(graphs.grad_targets) if roles[t] == "parameter"]
+    params = [flat[t] for _, t in updates]
+
+    def train_step():
+        outs = forward(flat)
+        saved = outs[graphs.num_visible:]
+        grads = backward([saved[i] if kind == "saved" else ones[i] for kind, i in graphs.backward_inputs])
+        torch._foreach_add_(params, [grads[k] for k, _ in updates], alpha=-lr)
+
+    return train_step

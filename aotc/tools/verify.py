@@ -1,0 +1,347 @@
+"""`aotc verify`: every artifact of a bundle against eager PyTorch.
+
+Each artifact (fx; aoti for each device present and usable here; onnx) is loaded through
+`aotc.load` and run on the golden inputs of reference.safetensors; its outputs, the
+inputs and buffers after the call, and for training bundles the loss and every gradient
+are compared with the references under the manifest's per-entry tolerances. Given a
+model file (`model=`, the CLI's --model), the eager model is rebuilt too and compared
+with every artifact on random inputs within the exported dynamic ranges; a model path
+recorded in the bundle is never imported, since a bundle must not make aotc run code.
+
+Integrity comes first (`integrity`): every hash, every archive's members, every
+safetensors header and the weights against the metadata, with nothing loaded or run, so
+a tampered file fails before anything runs. `run=False` stops there: the check to make
+on a bundle from someone you do not trust, whose compiled artifacts are native code.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from aotc._torch_compat import pytree
+from aotc.bundle.files import Bundle
+from aotc.contract.aliasing import realias
+from aotc.contract.outputs import load_spec
+from aotc.errors import AotcError
+from aotc.runtime.subclasses import caller_inputs
+from aotc.tools.observe import input_key, is_input_entry, observe
+from aotc.tools.reference import REFERENCE, run_eager, tolerance
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One artifact's value for one reference entry, against eager."""
+
+    artifact: str
+    name: str
+    max_abs: float
+    max_rel: float
+    rtol: float
+    atol: float
+    passed: bool
+    note: str = ""
+
+
+@dataclass
+class Report:
+    """All checks of one verify run; `ok` only when every check passed."""
+
+    bundle: str
+    checks: list[Check] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    integrity: list[str] = field(default_factory=list)  # files whose content was checked
+    ran: bool = True
+
+    @property
+    def ok(self) -> bool:
+        if not self.ran:
+            return bool(self.integrity)
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every check passed, 1 otherwise (the CLI's exit status)."""
+        return 0 if self.ok else 1
+
+
+def integrity(bundle: Bundle) -> list[str]:
+    """Check every file of an open bundle without loading or running any of it: archive
+    members of graphs and compiled packages, safetensors headers, the weights against the
+    metadata. Returns the files checked; a problem is a BundleError naming the file."""
+    from aotc.bundle.archives import check_compiled_package, check_graph_archive, check_safetensors
+
+    checked = []
+    for entry in bundle.manifest.files:
+        path = bundle.path / entry.path
+        if entry.kind == "graph":
+            check_graph_archive(path)
+        elif entry.kind == "compiled":
+            check_compiled_package(path)
+        elif entry.path.endswith(".safetensors"):
+            check_safetensors(path)
+        checked.append(entry.path)
+    bundle.weights()  # every tensor the graphs take, with its recorded dtype and shape
+    return checked
+
+
+def _mode(bundle: Bundle) -> str:
+    kinds = bundle.graph_kinds
+    return "joint" if "joint" in kinds else "autograd" if "forward" in kinds else "inference"
+
+
+def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(label, backend, device) of every artifact runnable here, and notes on the rest."""
+    found = [("fx", "fx", "cpu")]
+    skipped = []
+    for device in sorted({f.device for f in bundle.manifest.files if f.kind == "compiled"}):
+        if device == "cuda" and not torch.cuda.is_available():
+            skipped.append("aoti/cuda: no CUDA device here")
+            continue
+        frozen = any(f.kind == "compiled" and f.device == device and (f.build or {}).get("frozen") == "true"
+                     for f in bundle.manifest.files)
+        found.append((f"aoti/{device}{' (frozen)' if frozen else ''}", "aoti", device))
+    if any(f.kind == "onnx" for f in bundle.manifest.files):
+        found.append(("onnx", "onnx", "cpu"))
+    return found, skipped
+
+
+def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
+    """Run one artifact like `run_eager` runs the model; `given` supplies grad_outputs."""
+    with torch.set_grad_enabled(torch.is_grad_enabled()):
+        return _run_artifact(bundle, backend, device, inputs, given, trusted)
+
+
+def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
+    import aotc
+
+    mode = _mode(bundle)
+    # an inference graph captured in train mode (BatchNorm statistics) runs in train mode
+    train = mode != "inference" or bundle.metadata.training
+    module = aotc.load(bundle.path, backend=backend, device=device, mode="train" if train else "eval",
+                       trusted_subclasses=trusted)
+    names = [u.name for u in bundle.signature.user_inputs]
+    args, kwargs = inputs
+    return observe(module, args, kwargs, names, mode, grad_seed=0, given=given, device=device)
+
+
+def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict, override) -> list[Check]:
+    checks = []
+    for name, want in expected.items():
+        if is_input_entry(name):
+            continue
+        rtol, atol = override if override else tolerances.get(name, tolerance(want))
+        got = actual.get(name)
+        if got is None:
+            checks.append(Check(artifact, name, float("nan"), float("nan"), rtol, atol, False, "missing"))
+            continue
+        if got.shape != want.shape or got.dtype != want.dtype:
+            note = f"shape {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}"
+            checks.append(Check(artifact, name, float("nan"), float("nan"), rtol, atol, False, note))
+            continue
+        diff = (got.double() - want.double()).abs()
+        max_abs = diff.max().item() if diff.numel() else 0.0
+        max_rel = (diff / want.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        passed = bool(torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol).all())
+        checks.append(Check(artifact, name, max_abs, max_rel, rtol, atol, passed))
+    return checks
+
+
+def _golden(bundle: Bundle) -> Tensors:
+    from aotc.bundle.archives import load_safetensors
+    from aotc.errors import BundleError
+
+    if bundle.manifest.file(REFERENCE) is None:
+        raise AotcError(
+            f"Bundle '{bundle.path}' has no {REFERENCE} (exported by an older aotc); export it again "
+            "to verify it."
+        )
+    golden = load_safetensors(bundle.path / REFERENCE)
+    for name, meta in zip((u.name for u in bundle.signature.user_inputs), bundle.metadata.user_inputs):
+        t = golden.get(input_key(name))
+        if t is None or str(t.dtype).removeprefix("torch.") != meta.dtype or list(t.shape) != meta.shape:
+            raise BundleError(
+                f"{bundle.path}/{REFERENCE}: 'input:{name}' is missing or unlike the input metadata.json "
+                f"records ({meta.dtype} {meta.shape}). The bundle is damaged; export it again."
+            )
+    return golden
+
+
+def _golden_inputs(bundle: Bundle, golden: Tensors, trusted=()):
+    names = [u.name for u in bundle.signature.user_inputs]
+    flat = [_laid_out(golden[input_key(n)], meta) for n, meta in zip(names, bundle.metadata.user_inputs)]
+    program = next(iter(bundle.metadata.programs.values()))
+    for dup, first in program.duplicate_user_inputs.items():
+        flat[int(dup)] = flat[first]  # captured as the same tensor: pass it so again
+    flat = realias(flat, program.aliased_inputs)  # views of one tensor: pass them so again
+    return caller_inputs(bundle, pytree.tree_unflatten(flat, load_spec(bundle.signature.in_spec)), trusted)
+
+
+def replay_fresh(root: Path, model_name: str) -> None:
+    """At export: the bundle just written at `root`, run on fx with the example inputs,
+    gives what eager gave (reference.safetensors: outputs, inputs after the call, and for
+    training graphs every gradient); else CaptureError. What eager runs, a bundle runs
+    too, or it is refused here and not first at a user's call."""
+    from aotc.errors import CaptureError
+
+    bundle = Bundle.open(root)
+    golden = _golden(bundle)
+    try:
+        actual = run_artifact(bundle, "fx", "cpu", _golden_inputs(bundle, golden), golden)
+    except AotcError as e:
+        raise CaptureError(f"the bundle of {model_name} fails when run on the example inputs: {e}") from e
+    failed = [c for c in compare("fx", golden, actual, bundle.manifest.tolerances, None) if not c.passed]
+    if failed:
+        shown = "; ".join(
+            f"{c.name} {c.note}" if c.note else f"{c.name} differs by up to {c.max_abs:.3g}" for c in failed[:4]
+        )
+        raise CaptureError(
+            f"the bundle of {model_name} does not give eager's results on the example inputs: {shown}"
+            f"{f' (and {len(failed) - 4} more)' if len(failed) > 4 else ''}. Eager may run another code path "
+            "than the one torch traced (nn.TransformerEncoder's fast path under no_grad is one); aotc "
+            "refuses to write a bundle that computes something else. Please report this model."
+        )
+
+
+def _laid_out(t: torch.Tensor, meta) -> torch.Tensor:
+    """`t` (stored contiguous) with the strides the example input had, where they were
+    static and dense: the compiled graphs were built for that layout."""
+    from aotc.contract.aliasing import StrideGuard, dense_strides
+
+    stride = tuple(meta.stride)
+    if meta.dynamic_dims or tuple(t.stride()) == stride or len(stride) != t.dim():
+        return t
+    if stride != tuple(dense_strides(meta.shape, StrideGuard.of(meta.shape, meta.stride, static=True).order)):
+        return t  # overlapping or with gaps: no tensor of its own has that layout
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
+           samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=(),
+           on_artifact=None) -> Report:
+    """Verify every artifact of the bundle at `path`; see the module docstring.
+    `trusted_subclasses`: as for aotc.load. `on_artifact(label, done, total)` is told
+    before each artifact runs (done = how many have), and once more when all have."""
+    from aotc.runtime.regional import is_regional
+
+    if is_regional(path):
+        return verify_regions(path, model, rtol, atol, run, checkpoint, trusted_subclasses)
+    bundle = Bundle.open(path)  # hashes first: a tampered bundle fails before anything runs
+    report = Report(str(bundle.path), integrity=integrity(bundle), ran=run)
+    if not run:
+        report.skipped.append("running the artifacts (integrity only)")
+        return report
+    golden = _golden(bundle)
+    override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5) if (
+        rtol is not None or atol is not None) else None
+    found, report.skipped = artifacts(bundle)
+    inputs = _golden_inputs(bundle, golden, trusted_subclasses)
+    rebuilt = bool(samples and model)
+    total = len(found) * (1 + (samples if rebuilt else 0))
+    for done, (label, backend, device) in enumerate(found):
+        if on_artifact:
+            on_artifact(label, done, total)
+        actual = run_artifact(bundle, backend, device, inputs, golden, trusted_subclasses)
+        report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
+
+    if rebuilt:
+        report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses,
+                                        on_artifact)
+    elif samples:
+        report.skipped.append("random samples: no model file given (model=, --model)")
+    if on_artifact:
+        on_artifact("done", total, total)
+    return report
+
+
+def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkpoint=None, trusted=()) -> Report:
+    """A regional bundle: every group's bundle as `verify` checks one (its references),
+    then, given the model file, the whole model with the regions applied against eager
+    on its example inputs, for each backend every group has."""
+    from aotc.runtime.regional import RegionalBundle, apply
+    from aotc.sources.model_file import load_model
+
+    rb = RegionalBundle.open(path)
+    report = Report(str(rb.path), ran=run)
+    for name, bundle in rb.groups.items():
+        report.integrity += [f"{rb.path.name}/groups/{name}/{f}" for f in integrity(bundle)]
+        if run:
+            group = verify(bundle.path, rtol=rtol, atol=atol, trusted_subclasses=trusted)
+            report.checks += [dataclasses.replace(c, artifact=f"{name}/{c.artifact}") for c in group.checks]
+            report.skipped += [f"{name}: {s}" for s in group.skipped if "random samples" not in s]
+    if not run:
+        report.skipped.append("running the artifacts (integrity only)")
+        return report
+    if not model:
+        report.skipped.append("the whole model with its regions applied: no model file given (model=, --model)")
+        return report
+    spec = load_model(model, checkpoint=checkpoint)
+    backends = ["fx"] + (["aoti"] if all(any(f.kind == "compiled" and f.device == "cpu" for f in b.manifest.files)
+                                         for b in rb.groups.values()) else [])
+    override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5)
+    training = rb.manifest.graph_kinds != ["inference"]
+    names = [f"input:{i}" for i in range(len(pytree.tree_leaves((spec.args, spec.kwargs))))]
+    mode = "autograd" if training else "inference"
+    expected = run_eager(copy.deepcopy(spec.module).train(training), spec.args, spec.kwargs, names, mode)
+    for backend in backends:
+        regional = apply(rb.path, copy.deepcopy(spec.module).train(training), backend=backend,
+                         trusted_subclasses=trusted)
+        actual = observe(regional, spec.args, spec.kwargs, names, mode)
+        report.checks += compare(f"model with regions ({backend})", expected, actual, {}, override)
+    return report
+
+
+def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=(), on_artifact=None) -> list[Check]:
+    from aotc.runtime.inputs import random_inputs
+    from aotc.sources.model_file import load_model
+
+    spec = load_model(source, checkpoint=checkpoint)
+    model = spec.module
+    if bundle.manifest.generation is not None:
+        # a generation bundle's graphs are the model over its static KV cache
+        from aotc.tools.generation import StaticCacheLM
+
+        g = bundle.manifest.generation
+        model = StaticCacheLM(model.eval(), g.batch_size, g.max_cache_len).eval()
+    mode = _mode(bundle)
+    names = [u.name for u in bundle.signature.user_inputs]
+    in_spec = load_spec(bundle.signature.in_spec)
+    # a joint bundle that carries its optimizer: eager steps torch.optim's, from the bundle's state
+    optimizer = (bundle.metadata.optimizer, bundle.optimizer_state()) if bundle.metadata.optimizer else None
+    checks = []
+    for sample in range(samples):
+        inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),
+                               trusted)
+        expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
+                             spec.loss, grad_seed=sample + 1, optimizer=optimizer)
+        for k, (label, backend, device) in enumerate(found):
+            if on_artifact:
+                on_artifact(f"{label} vs eager (sample {sample + 1})", len(found) * (1 + sample) + k,
+                            len(found) * (1 + samples))
+            actual = run_artifact(bundle, backend, device, inputs, expected, trusted)
+            checks += compare(f"{label} vs eager (sample {sample + 1})", expected, actual, {}, override)
+    return checks
+
+
+def junit_xml(report: Report) -> str:
+    """One test case per artifact and entry; a failure element for each mismatch."""
+    from xml.sax.saxutils import quoteattr
+
+    failures = sum(not c.passed for c in report.checks)
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuite name="aotc verify" tests="{len(report.checks)}" failures="{failures}">']
+    for c in report.checks:
+        case = f'  <testcase classname={quoteattr(c.artifact)} name={quoteattr(c.name)}'
+        if c.passed:
+            lines.append(case + "/>")
+        else:
+            message = f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} (rtol {c.rtol:g}, atol {c.atol:g}) {c.note}"
+            lines += [case + ">", f"    <failure message={quoteattr(message.strip())}/>", "  </testcase>"]
+    lines.append("</testsuite>")
+    return "\n".join(lines) + "\n"
