@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import os
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,10 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch._C import DispatchKey
+from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+from torch.nn.modules import module as nn_module
 from torch._ops import OpOverload
+from torch.overrides import _get_current_function_mode_stack
 
 from aotc.errors import UnsupportedTorchError
 
@@ -80,7 +84,7 @@ def dynamo_explain(model, args: tuple, kwargs: dict) -> Any:
     """torch._dynamo.explain of one call: graphs, and every graph break with its reason
     and user stack. Dynamo's caches are reset before and after, so nothing it compiled
     stays behind."""
-    import torch._dynamo
+    import torch._dynamo  # Dynamo is imported only by capture: aotc.load never pays for it
 
     torch._dynamo.reset()
     try:
@@ -96,8 +100,6 @@ def torch_function_mode_count() -> int:
 
 def torch_function_modes() -> list[Any]:
     """The torch-function modes active now, innermost last."""
-    from torch.overrides import _get_current_function_mode_stack
-
     return list(_get_current_function_mode_stack())
 
 
@@ -137,13 +139,13 @@ def reference_metadata(fn, flat_args: list):
 
 def inductor_cpu_isa():
     """The vector ISA inductor compiles CPU kernels for (it probes by compiling; slow once)."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    from torch._inductor.cpu_vec_isa import pick_vec_isa  # inductor: only when compiling or fingerprinting
 
     return pick_vec_isa()
 
 
 def inductor_cpp_compiler() -> str:
-    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch._inductor.cpp_builder import get_cpp_compiler  # inductor: only when compiling or fingerprinting
 
     return get_cpp_compiler()
 
@@ -151,7 +153,7 @@ def inductor_cpp_compiler() -> str:
 def onnx_unsupported_ops(graph) -> list[str]:
     """Operators in an FX graph that torch.onnx's op registry cannot translate (runtime
     assertions, which the exporter drops before translating, are not among them)."""
-    from torch.onnx._internal.exporter._registration import ONNXRegistry
+    from torch.onnx._internal.exporter._registration import ONNXRegistry  # torch.onnx: only for ONNX exports
 
     registry = ONNXRegistry.from_torchlib()
     return sorted({
@@ -233,7 +235,7 @@ def eager_rnn():
       for want of the workspace only training mode keeps. Here that kernel is taken only
       when nothing needs a gradient.
     """
-    import torch._decomp.decompositions as decompositions
+    import torch._decomp.decompositions as decompositions  # capture only
 
     original = decompositions._rnn_helper
     select_lstm = decompositions.select_one_layer_lstm_function
@@ -274,8 +276,6 @@ def eager_rnn():
 def global_state_guard():
     """Dynamo's C++ guard on the global state now (grad mode, autocast, default dtype,
     deterministic algorithms, torch-function enablement, threads): `.check()` is one C call."""
-    from torch._C._dynamo.guards import GlobalStateGuard
-
     return GlobalStateGuard()
 
 
@@ -283,16 +283,13 @@ def tensor_guards(examples: list, sizes: list, strides: list):
     """Dynamo's C++ guard on tensors like `examples` (dtype, device, dispatch keys,
     requires_grad, and the sizes and strides not None). Its `.check(*tensors)` must be
     given tensors only: anything else crashes the process."""
-    from torch._C._dynamo.guards import TensorGuards
-
     return TensorGuards(*examples, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
 
 
 def module_hooks_registered() -> Callable[[], bool]:
     """A function telling whether any global nn.Module hook is registered (the per-module
     ones are on the module)."""
-    from torch.nn.modules import module as m
-
+    m = nn_module
     tables = (m._global_forward_hooks, m._global_forward_pre_hooks, m._global_backward_hooks,
               m._global_backward_pre_hooks, m._global_forward_hooks_always_called)
     return lambda: any(tables)
@@ -318,7 +315,7 @@ def functorch_active() -> bool:
 def constraint_violation(error: BaseException) -> str | None:
     """torch.export's text for a dynamic_shapes declaration its trace could not keep (a
     UserError of type CONSTRAINT_VIOLATION); None for any other error."""
-    from torch._dynamo.exc import UserError, UserErrorType
+    from torch._dynamo.exc import UserError, UserErrorType  # Dynamo: capture only
 
     if isinstance(error, UserError) and error.error_type is UserErrorType.CONSTRAINT_VIOLATION:
         return str(error)
@@ -335,9 +332,8 @@ def shape_guards():
     that was running when the guard was added (the model's code, or None). torch keeps
     guards without that frame; it is what tells a user which line of theirs fixed a size.
     """
-    import sysconfig
 
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv  # sympy and the shape env: capture only
 
     skipped = (
         os.path.dirname(torch.__file__) + os.sep,
@@ -386,6 +382,6 @@ def inductor_freezing_on() -> None:
     """Turn inductor's freezing on for this process (bench's `torch.compile freezing`
     child). `torch.compile(options={"freezing": True})` does not reach the check in
     compile_fx that decides on freezing; the global config does."""
-    import torch._inductor.config as inductor_config
+    import torch._inductor.config as inductor_config  # inductor: only when compiling
 
     inductor_config.freezing = True

@@ -16,6 +16,9 @@ from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle, check_target, check_writable
 from aotc.bundle.schema import Metadata, ModelInfo
 from aotc.capture import MODES, Capture, CaptureOptions, capture
+from aotc.capture.breaks import describe, report
+from aotc.capture.optimizer_step import fuse_optimizer
+from aotc.contract import optimizers
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.export_writer import Check, Contents, PhaseCallback, write_bundle
 from aotc.sources.model_file import FunctionModule, _split_inputs
@@ -87,7 +90,6 @@ def export(
     mode = mode_for_graphs(graphs)
     fused = None
     if optimizer is not None:  # refused before seconds of tracing
-        from aotc.contract import optimizers
 
         if mode != "joint":
             raise AotcError("optimizer= needs a joint graph (graphs=(\"joint\",)): the update runs after the "
@@ -155,9 +157,6 @@ def export_checks(captured: Capture, module: torch.nn.Module, args: tuple, kwarg
 
 
 def _with_optimizer(captured: Capture, info, state: dict) -> Capture:
-    import dataclasses
-
-    from aotc.capture.optimizer_step import fuse_optimizer
 
     if captured.subclasses is not None:
         raise AotcError("a joint graph over tensor-subclass parameters cannot carry its optimizer yet; export "
@@ -169,7 +168,6 @@ def _with_optimizer(captured: Capture, info, state: dict) -> Capture:
 def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple, kwargs: dict) -> CaptureError:
     """torch's failure to capture `module`, with every place that cannot be captured
     (aotc.capture.breaks) when Dynamo finds them; else the error as it was."""
-    from aotc.capture.breaks import describe, report
 
     with torch.no_grad():
         try:

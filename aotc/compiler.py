@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 
 from aotc.bundle.files import Bundle
-from aotc.exporters.formats import GraphCallback
+from aotc.exporters.formats import BuildOptions, GraphCallback, add_artifacts
+from aotc.runtime.regional import is_regional, update_groups
 
 
 def default_cache_dir() -> Path:
@@ -37,8 +38,6 @@ def compile(
     (for a regional bundle, each group's bundle, and the new RegionalBundle). With
     `freeze`, inference graphs are compiled with their weights folded in (exporters/aoti.py):
     faster on CPU convolutions, but the loaded module refuses new weights."""
-    from aotc.exporters.formats import BuildOptions, add_artifacts
-    from aotc.runtime.regional import is_regional, update_groups
 
     if is_regional(path):
         return update_groups(path, lambda group: compile(group, devices, cache_dir=cache_dir, use_cache=use_cache,

@@ -14,6 +14,8 @@ import click
 from aotc.errors import AotcError, CaptureError
 from aotc.number_format import human_size  # noqa: F401  (the commands import it from here)
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 INTERNAL_ERROR = 2
 
 

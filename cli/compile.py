@@ -11,6 +11,8 @@ from aotc.cli._common import Phases, console, debug_option, emit_json, handles_e
 from aotc.cli.export import exports, graph_summary, print_graph_table, print_regions, run_export
 from aotc.cli.options import ExportOptions
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 
 def _is_bundle(target: str) -> bool:
     from aotc.runtime.regional import is_regional

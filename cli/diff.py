@@ -9,7 +9,9 @@ from pathlib import Path
 import click
 
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
-from aotc.tools.diff import KINDS
+from aotc.tools.diff_change import KINDS
+
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
 
 # GNU diff's convention: 1 means "they differ", so trouble must be something else
 TROUBLE = 2

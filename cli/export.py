@@ -13,6 +13,8 @@ from aotc.cli.options import ExportOptions, grouped
 from aotc.errors import AotcError
 from aotc.sources.hf_folder import TASKS as HF_TASKS
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 
 def parse_dynamic(values: tuple[str, ...], flag: str = "--dynamic") -> dict[str, dict[int, str]]:
     """`x:0` -> {"x": {0: "x_dim0"}}: input name, dim index, and a name for the Dim."""

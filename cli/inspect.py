@@ -8,6 +8,8 @@ import click
 
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, human_size, json_option
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 
 def _shape(tensor: dict | None) -> str:
     if tensor is None:

@@ -9,6 +9,8 @@ import click
 
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 
 @click.command("report")
 @click.argument("bundle", type=click.Path(path_type=Path))

@@ -9,6 +9,8 @@ import click
 from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
 from aotc.cli.options import GenerateOptions, RunOptions, grouped
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 
 def _parse_ids(text: str) -> list[int]:
     try:

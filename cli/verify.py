@@ -17,6 +17,8 @@ from aotc.cli._common import (
     trust_option,
 )
 
+# Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
+
 
 @click.command("verify")
 @click.argument("bundle", type=click.Path(path_type=Path))

@@ -13,11 +13,21 @@ by one (FrozenWeightsError). Its manifest entry's build records `"frozen": "true
 
 from __future__ import annotations
 
+import re
+import shutil
+import tempfile
+import weakref
+import zipfile
 from pathlib import Path
 
 import torch
+from torch.export import Dim
 
+from aotc._torch_compat import aoti_package_loader
+from aotc.bundle.archives import check_compiled_package
+from aotc.bundle.files import check_hash
 from aotc.bundle.fingerprint import check_fingerprint
+from aotc.contract.aliasing import StrideGuard
 from aotc.errors import AotcError, BundleError
 from aotc.exporters.aoti_cache import compile_cached, package_problem
 from aotc.exporters.formats import BuildOptions, Built, built_only
@@ -65,8 +75,6 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
 def prepacked_calls(package: Path) -> int:
     """How many calls in a compiled package's code run on weights freezing prepacked for
     oneDNN (convolutions, linears): the evidence that freezing did its work on CPU."""
-    import re
-    import zipfile
 
     with zipfile.ZipFile(package) as archive:
         code = "".join(archive.read(n).decode(errors="replace") for n in archive.namelist() if n.endswith("wrapper.cpp"))
@@ -93,7 +101,6 @@ def frozen_program(program, signature, example_inputs: list):
     """`program` (a flat graph over state and user inputs) exported again with its
     parameters, buffers and constants as the program's own state, so that inductor's
     freezing can fold them; the result takes the user inputs only."""
-    from torch.export import Dim
 
     graph = program.module()
     state = [(i, v) for i, (s, v) in enumerate(zip(signature.inputs, example_inputs)) if s.role in _STATE]
@@ -163,8 +170,7 @@ def compile_graph(program, example_inputs: list, package_path: Path, configs: di
     file another process is still writing) is compiled once more with inductor's caches
     off; a second bad package is an error, never a bundle.
     """
-    import torch
-    from torch._inductor import aoti_compile_and_package
+    from torch._inductor import aoti_compile_and_package  # inductor: imported only to compile
 
     _copy_views_of_inputs(program)
     program.example_inputs = (tuple(example_inputs), {})
@@ -211,7 +217,6 @@ class CompiledGraph:
 def input_layouts(bundle, kind: str) -> list | None:
     """The layout the compiled `kind` graph expects of each user input (and synthetic
     base); parameters and buffers are the bundle's own, laid out as at compile."""
-    from aotc.contract.aliasing import StrideGuard
 
     meta = bundle.metadata.programs.get(kind)
     if meta is None:  # backward: saved activations come from the compiled forward
@@ -230,12 +235,6 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     A compiled package is native code: it is hashed once more right before loading, and
     whatever the loader extracted is removed when the load fails (and when the graph is
     garbage collected)."""
-    import shutil
-    import tempfile
-    import weakref
-
-    from aotc.bundle.archives import check_compiled_package
-    from aotc.bundle.files import check_hash
 
     rel = artifact_path(kind, device.type)
     entry = bundle.manifest.file(rel)
@@ -250,7 +249,6 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     path = bundle.path / rel
     check_compiled_package(path)
     check_hash(bundle.path, entry)
-    from aotc._torch_compat import aoti_package_loader
 
     index = device.index if device.index is not None else -1
     workdir = tempfile.mkdtemp(prefix="aotc-load-")

@@ -13,9 +13,11 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 import torch
+from torch.export.passes import move_to_device_pass
 
 from aotc import _torch_compat as tc
 from aotc.bundle.files import Bundle, load_exported_program
@@ -28,7 +30,6 @@ from aotc.exporters.graph_inputs import example_graph_inputs
 def graph_content_hash(path: Path) -> str:
     """sha256 of the program inside a .pt2 archive, leaving out the archive's random
     serialization id, so two exports of the same model hash alike."""
-    import zipfile
 
     digest = hashlib.sha256()
     with zipfile.ZipFile(path) as archive:
@@ -112,7 +113,6 @@ def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path
 
     program = load_exported_program(bundle.graph_path(kind))
     if device.type != "cpu":
-        from torch.export.passes import move_to_device_pass
 
         program = move_to_device_pass(program, device)
     compile_graph(program, example_graph_inputs(bundle, kind, device), target)
@@ -130,7 +130,6 @@ def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path
 
 def package_problem(path: Path) -> str | None:
     """What is wrong with an AOTInductor package's metadata files, or None."""
-    import zipfile
 
     try:
         with zipfile.ZipFile(path) as archive:

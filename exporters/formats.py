@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
+from aotc.bundle.files import Bundle, BundleWriter, update_bundle
+from aotc.devices import resolve_device
+from aotc.errors import AotcError
+
 if TYPE_CHECKING:
     import torch
 
-    from aotc.bundle.files import Bundle, BundleWriter
     from aotc.bundle.schema import FileKind
     from aotc.capture import Capture
 
@@ -92,13 +95,11 @@ def backends() -> tuple[str, ...]:
 
 def built_only(name: str) -> None:
     """The refusal of `write` by a format that is built from a bundle's fx graphs."""
-    from aotc.errors import AotcError
 
     raise AotcError(f"{name} artifacts are built from a bundle's fx graphs (aotc compile), not written at export.")
 
 
 def get(name: str) -> Format:
-    from aotc.errors import AotcError
 
     if name not in _REGISTRY:
         raise AotcError(f"unknown format {name!r}; aotc has {', '.join(_REGISTRY)}.")
@@ -110,8 +111,6 @@ def add_artifacts(path: str | Path, name: str, devices: Sequence[str] = ("cpu",)
     """Build format `name` for every graph (or `kinds`) of the bundle at `path` and each
     device, replacing earlier artifacts of it; returns the reopened bundle. The bundle
     is updated atomically: a failed build leaves it as it was."""
-    from aotc.bundle.files import Bundle, BundleWriter, update_bundle
-    from aotc.devices import resolve_device
 
     fmt = get(name)
     bundle = Bundle.open(path)

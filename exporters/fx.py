@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch.export.passes import move_to_device_pass
 
 from aotc.bundle.files import BundleWriter
+from aotc.errors import AotcError
 
 if TYPE_CHECKING:
     from aotc.capture import Capture, CapturedGraph
@@ -31,7 +33,6 @@ def has_artifacts(bundle, device) -> bool:
 
 
 def build(bundle, kind: str, device, target: Path, options):
-    from aotc.errors import AotcError
 
     raise AotcError("fx graphs are written at export, from the captured model; they are not built from a bundle.")
 
@@ -73,7 +74,6 @@ def load_graph(bundle, kind: str, device):
     """
     program = bundle.load_program(kind)
     if device.type != "cpu":
-        from torch.export.passes import move_to_device_pass
 
         program = move_to_device_pass(program, device)
     return program.graph_module

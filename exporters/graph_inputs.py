@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle, load_exported_program
+from aotc.contract.aliasing import synthetic_base
+from aotc.contract.outputs import load_spec
+from aotc.runtime.inputs import random_inputs
 
 
 def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> list:
     """Inputs for one graph, shaped like the export's: weights from the bundle, random user
     inputs, and for the backward graph real saved activations from running the forward."""
-    from aotc._torch_compat import pytree
-    from aotc.contract.aliasing import synthetic_base
-    from aotc.contract.outputs import load_spec
-    from aotc.runtime.inputs import random_inputs
 
     weights = bundle.weights()
     in_spec = load_spec(bundle.signature.in_spec)

@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from pathlib import Path
 
 import torch
 
+from aotc import _torch_compat as tc
+from aotc.bundle.files import check_hash, load_exported_program
+from aotc.contract.randomness import random_ops
 from aotc.errors import AotcError, BundleError
-from aotc.exporters.formats import BuildOptions, Built, built_only
+from aotc.exporters.formats import BuildOptions, Built, add_artifacts, built_only
+from aotc.exporters.graph_inputs import example_graph_inputs
+from aotc.optional_deps import require
 
 FORMAT = "onnx"
 FILE_KIND = "onnx"
@@ -64,7 +70,7 @@ def _attention(query, key, value, dropout_p: float = 0.0, is_causal: bool = Fals
     does. (A translation, not a decomposition: re-tracing the graph to decompose one op
     took as long as the whole export.)
     """
-    from onnxscript import ir
+    from onnxscript import ir  # onnxscript: optional (aotc[onnx]), only for this translation
     from onnxscript import opset18 as op
     from onnxscript.function_libs.torch_lib.ops.nn import aten__scaled_dot_product_flash_attention_for_cpu
 
@@ -121,13 +127,6 @@ def onnx_names(slot_names: list[str]) -> list[str]:
 
 def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> dict[str, str]:
     """Write the bundle's `kind` graph as ONNX to `target`; returns the manifest build info."""
-    import warnings
-
-    from aotc import _torch_compat as tc
-    from aotc.bundle.files import load_exported_program
-    from aotc.contract.randomness import random_ops
-    from aotc.exporters.graph_inputs import example_graph_inputs
-    from aotc.optional_deps import require
 
     for module in ("onnx", "onnxscript", "onnxruntime"):
         require(module, "onnx", "Exporting to ONNX")
@@ -173,7 +172,7 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
 def _check_against_graph(path: Path, program, example: list, sig, kind: str, meta=None) -> None:
     """Refuse an ONNX model that onnxruntime does not run like the graph it came from
     (ONNX's training-mode batch norm and random ops differ from torch's, for example)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional (aotc[onnx]): only when checking an ONNX model
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = OnnxGraph(session, output_layouts(program))(*example)
@@ -307,8 +306,6 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         raise BundleError(
             f"Bundle '{bundle.path}' has no ONNX {kind} graph. Run: aotc compile {bundle.path} --onnx"
         )
-    from aotc.bundle.files import check_hash
-    from aotc.optional_deps import require
 
     ort = require("onnxruntime", "onnx", "backend='onnx'")
     providers = ["CPUExecutionProvider"]
@@ -323,7 +320,6 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BundleError(f"'{bundle.path / rel}' is not an ONNX model onnxruntime can load "
                           f"({type(e).__name__}: {first}).") from e
-    from aotc.bundle.files import load_exported_program
 
     return OnnxGraph(session, output_layouts(load_exported_program(bundle.graph_path(kind))))
 
@@ -338,6 +334,5 @@ def has_artifacts(bundle, device: torch.device) -> bool:
 
 def add_to_bundle(path, kinds: list[str] | None = None, opset: int | None = None):
     """Export the bundle's graphs (default: all) to ONNX, in place; returns the new Bundle."""
-    from aotc.exporters.formats import BuildOptions, add_artifacts
 
     return add_artifacts(path, FORMAT, ("cpu",), kinds, BuildOptions(opset=opset))

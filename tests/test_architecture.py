@@ -250,3 +250,39 @@ def test_export_takes_its_options_as_a_dataclass_or_as_keywords(tmp_path):
     assert again.manifest.model.name == "other"  # keywords override the dataclass's fields
     with pytest.raises(TypeError, match="unexpected keyword argument 'frce'.*force"):
         aotc.export(model, inputs, tmp_path / "b", frce=True)
+
+
+# What the library may import inside a function: heavy or optional dependencies that a
+# bundle's load (or `aotc --help`) must not pay for. Everything else is imported at the top,
+# where the import graph above sees it.
+HEAVY = ("torch._dynamo", "torch._inductor", "torch._decomp", "torch.onnx", "torch.fx.experimental.symbolic_shapes",
+         "torch.distributed", "transformers", "onnxscript", "onnxruntime", "onnx", "torchao", "selenium")
+FUNCTION_IMPORTS = {
+    "aotc.tools.bench_child": "a variant's cold start counts its imports: each imports only what it runs",
+    "aotc.sources.hf_folder": "the CLI reads TASKS at import, before torch is imported",
+}
+
+
+def _function_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    found = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and not node.level:
+                    found.append(node.module)
+                elif isinstance(node, ast.Import):
+                    found += [a.name for a in node.names]
+    return found
+
+
+def test_the_library_imports_inside_functions_only_what_is_heavy():
+    modules = _modules()
+    assert set(FUNCTION_IMPORTS) <= set(modules)
+    light = sorted({
+        f"{name}: {target}" for name, path in modules.items()
+        if not name.startswith(("aotc.cli", "aotc.__main__")) and name not in FUNCTION_IMPORTS
+        for target in _function_imports(path)
+        if not target.startswith(HEAVY)
+    })
+    assert light == []

@@ -20,6 +20,9 @@ import struct
 import zipfile
 from pathlib import Path
 
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
 from aotc.errors import BundleError
 
 # Larger JSON than this in a bundle is damage or an attack, not a model.
@@ -179,8 +182,6 @@ def _ints(values) -> bool:
 
 def load_safetensors(path: Path) -> dict:
     """All tensors of a checked safetensors file (never unpickles)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     check_safetensors(path)
     try:

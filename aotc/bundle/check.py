@@ -17,6 +17,9 @@ from pathlib import Path
 
 from aotc.bundle.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, TensorMeta
 from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
+from aotc.contract.optimizers import HYPERPARAMETERS, OPTIMIZER_STATE
+from aotc.contract.outputs import load_spec
+from aotc.contract.subclasses import decode_context, inner_paths
 from aotc.errors import BundleError
 
 DTYPES = frozenset({
@@ -152,8 +155,6 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
 def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w: Where) -> None:
     """Every subclass names its inner tensors among the graphs' inputs, and the caller's
     view (outer specs) adds up to the graphs' flat inputs and outputs."""
-    from aotc.contract.outputs import load_spec
-    from aotc.contract.subclasses import decode_context, inner_paths
 
     file = "metadata.json"
 
@@ -210,7 +211,6 @@ def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w
 
 
 def _check_specs(signature: Signature, w: Where) -> None:
-    from aotc.contract.outputs import load_spec
 
     for field, text, count in (("in_spec", signature.in_spec, len(signature.user_inputs)),
                                ("out_spec", signature.out_spec, signature.num_user_outputs)):
@@ -326,7 +326,6 @@ def _check_joint(sig: GraphSignature, w: Where) -> None:
 
 
 def _check_optimizer(info, signature: Signature, state: set, manifest, w: Where) -> None:
-    from aotc.contract.optimizers import HYPERPARAMETERS, OPTIMIZER_STATE
 
     if "joint" not in signature.graphs or manifest.file(OPTIMIZER_STATE) is None:
         w.fail("metadata.json", "optimizer", f"needs a joint graph and {OPTIMIZER_STATE}")

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -25,8 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import torch
+
 from aotc.bundle.archives import check_graph_archive, load_safetensors, read_json_file
 from aotc.bundle.atomic import staging_dir as _atomic_staging
+from aotc.bundle.check import check_consistency
+from aotc.bundle.content_check import check_optimizer_state, check_program, check_weights
 from aotc.bundle.schema import (
     FORMAT_VERSION,
     FileEntry,
@@ -37,6 +42,7 @@ from aotc.bundle.schema import (
     from_json,
     to_json,
 )
+from aotc.contract.optimizers import OPTIMIZER_STATE
 from aotc.errors import BundleError
 
 MANIFEST = "manifest.json"
@@ -195,7 +201,6 @@ class Bundle:
 
     @classmethod
     def open(cls, path: str | Path, verify_hashes: bool = True) -> "Bundle":
-        from aotc.bundle.check import check_consistency
 
         root = Path(path)
         if not root.is_dir():
@@ -232,7 +237,6 @@ class Bundle:
 
     def load_program(self, kind: str):
         """The graph's ExportedProgram, checked against the signature. See `load_exported_program`."""
-        from aotc.bundle.content_check import check_program
 
         program = load_exported_program(self.graph_path(kind))
         check_program(self, kind, program)
@@ -240,7 +244,6 @@ class Bundle:
 
     def weights(self) -> dict:
         """Every tensor of weights.safetensors, checked against what the graphs take."""
-        from aotc.bundle.content_check import check_weights
 
         tensors = load_safetensors(self.path / WEIGHTS)
         check_weights(self, tensors)
@@ -249,8 +252,6 @@ class Bundle:
     def optimizer_state(self) -> dict:
         """The state of the optimizer a joint bundle carries ('<fqn>/<key>' -> tensor),
         checked against what its graph takes; {} for a bundle without one."""
-        from aotc.bundle.content_check import check_optimizer_state
-        from aotc.contract.optimizers import OPTIMIZER_STATE
 
         if self.metadata.optimizer is None:
             return {}
@@ -267,9 +268,6 @@ def load_exported_program(path: Path):
     line, TORCH_FORCE_WEIGHTS_ONLY_LOAD turns torch.export.load's `torch.load` fallback
     into an error.
     """
-    import logging
-
-    import torch
 
     check_graph_archive(path)
     previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from aotc import _torch_compat as tc
 from aotc.errors import BundleError
 
 Fingerprint = dict[str, str]
@@ -54,7 +55,6 @@ def _compiler_version(compiler: str) -> str:
 
 def build_fingerprint(device: torch.device) -> Fingerprint:
     """The target of a compile on `device` (called at compile time, where probing is fine)."""
-    from aotc import _torch_compat as tc
 
     fp = {"torch": torch.__version__, "device": device.type}
     compiler = tc.inductor_cpp_compiler()

@@ -9,8 +9,10 @@ import re
 from collections import Counter
 from typing import Any
 
-from aotc.bundle.files import Bundle
+from aotc.bundle.archives import check_safetensors
+from aotc.bundle.files import WEIGHTS, Bundle
 from aotc.bundle.schema import to_json
+from aotc.contract.subclasses import inner_names
 
 _OP_CALL = re.compile(r"torch\.ops\.([\w]+)\.([\w]+)\.([\w]+)\(")
 
@@ -26,8 +28,6 @@ def constants(bundle: Bundle) -> list[dict[str, Any]]:
     slots = {s.target: kind for kind, sig in bundle.signature.graphs.items() for s in sig.inputs if s.role == "constant"}
     if not slots:
         return []
-    from aotc.bundle.archives import check_safetensors
-    from aotc.bundle.files import WEIGHTS
 
     header = check_safetensors(bundle.path / WEIGHTS)  # dtypes and shapes, without reading tensors
     return [
@@ -42,9 +42,6 @@ def subclasses(bundle: Bundle) -> list[dict[str, Any]]:
     info = bundle.metadata.subclasses
     if info is None:
         return []
-    from aotc.bundle.archives import check_safetensors
-    from aotc.bundle.files import WEIGHTS
-    from aotc.contract.subclasses import inner_names
 
     header = check_safetensors(bundle.path / WEIGHTS)
     user = {u.name: t for u, t in zip(bundle.signature.user_inputs, bundle.metadata.user_inputs)}

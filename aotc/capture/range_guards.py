@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import sympy
+
 from aotc.errors import DynamicShapeError
 
 if TYPE_CHECKING:
@@ -94,7 +96,6 @@ def _failing_site(dim: DeclaredDim, sites: list[GuardSite], values: list[int],
 
 def _holds(expr, symbols: dict, dim: DeclaredDim, value: int) -> bool | None:
     """`expr` with `dim` at `value` and every other symbol at its example value."""
-    import sympy
 
     subs = {}
     for s in expr.free_symbols:
@@ -114,7 +115,6 @@ def _holds(expr, symbols: dict, dim: DeclaredDim, value: int) -> bool | None:
 
 def _readable(expr, symbols: dict, declared: dict[str, DeclaredDim]) -> str:
     """A guard in the user's Dim names: `seq >= 3`, `seq != 2`, `feat == 12`, `Eq(a, b)`."""
-    import sympy
 
     renames = {}
     for s in expr.free_symbols:
@@ -150,7 +150,6 @@ def _readable(expr, symbols: dict, declared: dict[str, DeclaredDim]) -> str:
 def _polynomial(expr) -> bool:
     """Whether `expr` is a (in)equality of polynomials, which sympy solves quickly; torch's
     own functions (FloorDiv, Mod, ...) it may not, or only slowly."""
-    import sympy
 
     return not expr.atoms(sympy.Function, sympy.Pow) - expr.atoms(sympy.Symbol)
 

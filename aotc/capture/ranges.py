@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
 from torch.export import Dim, ExportedProgram
 
@@ -206,7 +207,6 @@ def _refine(plan: _Plan, violation: str, declared: dict[str, DeclaredDim], sites
 
 def _parse_relation(fix: str) -> tuple[str, int, int] | None:
     """`2*_seq + 1` -> ("_seq", 2, 1); `seq` -> ("seq", 1, 0); None for anything else."""
-    import sympy
 
     try:
         expr = sympy.sympify(fix)
@@ -238,7 +238,6 @@ def _guarded_range(dim: DeclaredDim, current: Range, sites: list[GuardSite]) -> 
 def _solve(expr, example: int, within: Range) -> Range | None:
     """The integers around `example` within `within` where `expr`, a condition on one
     symbol, holds; None when sympy cannot say."""
-    import sympy
 
     if not _polynomial(expr):
         return None

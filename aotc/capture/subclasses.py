@@ -29,7 +29,16 @@ import torch
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
-from aotc.contract.subclasses import Rebuilder, describe, inner_names, inner_paths, is_subclass, plain_tensors
+from aotc.contract.subclasses import (
+    Rebuilder,
+    class_name,
+    describe,
+    encode_context,
+    inner_names,
+    inner_paths,
+    is_subclass,
+    plain_tensors,
+)
 from aotc.errors import CaptureError
 
 
@@ -168,7 +177,6 @@ class SubclassPlan:
 
 def _grad_meta(meta: Any) -> SubclassTensor:
     """AOTAutograd's SubclassCreationMeta as aotc's SubclassTensor."""
-    from aotc.contract.subclasses import class_name, encode_context
 
     example = meta.original_subclass
     cls = meta.original_subclass_type or type(example)

@@ -22,7 +22,7 @@ import torch
 
 from aotc import _torch_compat as tc
 from aotc.bundle.subclasses_schema import SubclassTensor
-from aotc.errors import BundleError, CaptureError, UntrustedSubclassError
+from aotc.errors import BundleError, CaptureError, InputError, UntrustedSubclassError
 
 # Packages whose tensor classes aotc imports without being told: the engines it is built on.
 DEFAULT_TRUSTED_PACKAGES = ("torch", "torchao")
@@ -248,7 +248,6 @@ class Rebuilder:
     def check(self, t: Any, name: str) -> None:
         """A caller's input must be this class with this context and size: the graphs
         were traced for them (as torch.compile guards on them)."""
-        from aotc.errors import InputError
 
         if type(t) is not self.cls:
             raise InputError(

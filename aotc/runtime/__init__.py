@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from aotc.bundle.files import Bundle
+from aotc.contract.subclasses import check_trust
 from aotc.devices import resolve_device
 from aotc.errors import AotcError, BundleError, ModeError
+from aotc.exporters import formats
 from aotc.runtime.module import LoadedModule
 
 MODES = ("eval", "train")
@@ -25,11 +27,9 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
     bundle = Bundle.open(path)
     check_mode(bundle, mode)
-    from aotc.contract.subclasses import check_trust
 
     check_trust(bundle.metadata.subclasses, trusted_subclasses)  # before any artifact is loaded
     device = resolve_device(device)
-    from aotc.exporters import formats
 
     if backend not in formats.backends():
         raise AotcError(f"backend must be one of {', '.join(formats.backends())}, not {backend!r}.")

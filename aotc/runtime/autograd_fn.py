@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from aotc.bundle.schema import GraphSignature, ProgramMeta
+from aotc.errors import GraphRunError, ModeError
 
 Graph = Callable[..., tuple]
 
@@ -137,8 +138,6 @@ class GraphFunction(torch.autograd.Function):
         try:
             outs = graphs.backward(*args)
         except Exception as e:
-            from aotc.errors import GraphRunError
-
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise GraphRunError(f"the backward graph failed at run time: {type(e).__name__}: {first}") from e
         result: list = [None] * ctx.num_primals
@@ -160,7 +159,6 @@ class _NoBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        from aotc.errors import ModeError
 
         raise ModeError(ctx.message)
 

@@ -32,7 +32,7 @@ def check_joint_step(module: nn.Module) -> None:
     if not _AVAILABLE or not torch.distributed.is_initialized():
         return
     dist = torch.distributed
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # only under an initialized process group
 
     path = getattr(module, "bundle_path", "<bundle>")
     for name, param in module.named_parameters():

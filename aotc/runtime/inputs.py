@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc._torch_compat import pytree
 from aotc.bundle.schema import AliasGroup, Metadata, ProgramMeta, UserInput
 from aotc.contract.aliasing import StrideGuard, geometry, may_overlap, realias, storage_key, synthetic_base
 from aotc.errors import InputError
@@ -194,7 +195,6 @@ def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torc
     distribution, integers and bools within the example's value range. With
     `vary_dynamic`, each dynamic size is drawn from its exported range (capped at twice
     the example's), the same for every input that shares it."""
-    from aotc._torch_compat import pytree
 
     g = torch.Generator().manual_seed(seed)
     sizes: dict[str, int] = {}

@@ -26,7 +26,12 @@ from aotc.bundle.archives import load_safetensors, read_json_file
 from aotc.bundle.files import Bundle, check_rel_path, manifest_checksum, sha256_file
 from aotc.bundle.regions_schema import RegionsManifest, TensorSpec
 from aotc.bundle.schema import FileEntry, from_json, to_json
+from aotc.contract.subclasses import check_trust
+from aotc.devices import resolve_device
 from aotc.errors import BundleError, RegionError
+from aotc.exporters import formats
+from aotc.runtime import check_mode
+from aotc.runtime.module import LoadedModule
 
 REGIONS = "regions.json"
 WEIGHTS = "weights.safetensors"
@@ -140,11 +145,6 @@ def apply(path: str | Path, model: torch.nn.Module, *, backend: str = "auto", de
     """Swap each region of `model` for a module running its group's graphs (with that
     region's weights from the bundle) and return `model`. Every region is checked
     against the model's submodule first: its class and weight names and shapes."""
-    from aotc.contract.subclasses import check_trust
-    from aotc.devices import resolve_device
-    from aotc.exporters import formats
-    from aotc.runtime import check_mode
-    from aotc.runtime.module import LoadedModule
 
     rb = RegionalBundle.open(path)
     mode = mode or ("train" if model.training else "eval")

@@ -23,7 +23,7 @@ from aotc._torch_compat import pytree
 from aotc.bundle.subclasses_schema import Subclasses
 from aotc.contract.outputs import load_spec
 from aotc.contract.subclasses import Rebuilder, inner_names, resolve
-from aotc.errors import InputError
+from aotc.errors import GraphRunError, InputError
 
 
 class Unwrap(torch.autograd.Function):
@@ -59,8 +59,6 @@ class Wrap(torch.autograd.Function):
         try:
             r.check(grad, "the gradient of an output")
         except InputError as e:
-            from aotc.errors import GraphRunError
-
             raise GraphRunError(f"{e} The backward was traced for gradients like the output (e.g. "
                                 "torch.ones_like(output)).") from None
         return None, *r.plain(grad)

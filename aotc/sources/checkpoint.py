@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from aotc.errors import CheckpointError
 
@@ -24,8 +26,6 @@ def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
         )
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
 
         try:
             return load_file(str(path))

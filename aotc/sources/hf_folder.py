@@ -10,6 +10,7 @@ refused: safetensors only.
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,7 @@ class FolderModel:
 
 def _transformers():
     try:
-        import transformers
+        import transformers  # optional (aotc[hf]), and heavy: only for HF folders
     except ImportError as e:
         raise ModelFileError(
             "Exporting a Hugging Face folder needs transformers: pip install 'aotc[hf]' "
@@ -147,7 +148,6 @@ def _text_inputs(folder: Path, module, modality: str) -> tuple[str, ...]:
     runs unchanged on the bundle: what the folder's tokenizer returns, among the inputs
     forward takes. Without a tokenizer, input_ids and attention_mask (what every text
     tokenizer returns; token_type_ids stay at the model's default)."""
-    import inspect
 
     if modality not in ("text", "seq2seq"):
         return ()
@@ -184,7 +184,7 @@ def example_inputs(config, modality: str, text_inputs: tuple[str, ...] = ("input
                    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Keyword example inputs for the task and their dynamic shapes (batch and sequence from
     1); a text model takes `text_inputs`, in that order."""
-    import torch
+    import torch  # here, not at the top: the CLI reads TASKS at import, without torch
     from torch.export import Dim
 
     batch = Dim("batch", min=1, max=MAX_BATCH)

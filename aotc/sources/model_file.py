@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from aotc.errors import ModelFileError
+from aotc.sources import hf_folder as hf
 from aotc.sources.checkpoint import apply_checkpoint
 
 DEFAULT_ENTRY = "build_model"
@@ -199,7 +200,6 @@ def load_model(
 
 
 def _load_folder(target: str, task: str | None, entry, checkpoint) -> ModelSpec:
-    from aotc.sources import hf_folder as hf
 
     if entry is not None or checkpoint is not None:
         raise ModelFileError(

@@ -33,7 +33,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from aotc.bundle.files import Bundle
+from aotc.errors import AotcError
+from aotc.runtime.regional import RegionalBundle, is_regional
 from aotc.tools.bench_raw import RAW
+from aotc.tools.verify import artifacts
 
 BASELINES = ("eager", "torch.compile", "aot_compile", "raw")
 MODEL_BASELINES = ("eager", "torch.compile", "aot_compile")  # these rebuild the model from --model
@@ -107,7 +111,6 @@ def _run_once(variant: str, spec: dict, env: dict | None) -> Result:
             figures = json.loads(line)
     err = proc.stderr.read()
     if proc.wait() != 0 or first is None or figures is None:
-        from aotc.errors import AotcError
 
         raise AotcError(f"benchmark variant '{variant}' failed: {_last_line(err)}")
     median = figures["median_us"]
@@ -127,10 +130,6 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     pkg.mod:factory the caller names; a path recorded in the bundle is never imported).
     Each variant runs in `repeats` fresh processes (the cold-cache ones once: a second
     run would find the cache warm)."""
-    from aotc.bundle.files import Bundle
-    from aotc.errors import AotcError
-    from aotc.runtime.regional import is_regional
-    from aotc.tools.verify import artifacts
 
     if is_regional(path):
         return _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
@@ -168,7 +167,6 @@ def times_training(bundle, train: bool) -> bool:
 def _need_model(baselines, model) -> None:
     rebuilding = [b for b in baselines if b in MODEL_BASELINES]
     if rebuilding and not model:
-        from aotc.errors import AotcError
 
         raise AotcError(
             f"the {' and '.join(rebuilding)} baseline(s) rebuild the model: name its file with --model "
@@ -181,8 +179,6 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
                    trusted_subclasses, repeats=1) -> list[Result]:
     """A regional bundle: the model file's model with the regions applied (fx; aoti when
     every group is compiled) on its example inputs, against the baselines."""
-    from aotc.errors import AotcError
-    from aotc.runtime.regional import RegionalBundle
 
     if not model:
         raise AotcError(f"'{path}' is a regional bundle: name the model to apply it to with --model (model=).")
@@ -232,7 +228,6 @@ def _baseline(name: str, spec: dict, env: dict | None, on_variant, extra: dict |
               repeats: int = 1) -> Result:
     if on_variant:
         on_variant(name)
-    from aotc.errors import AotcError
 
     try:
         return run_variant(name, {**spec, **(extra or {})}, env, repeats)

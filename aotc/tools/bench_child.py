@@ -2,6 +2,10 @@
 (aotc's loaded bundle, eager, torch.compile, an aot_compile artifact or the raw runner),
 times it and prints "FIRST" after the first call, then one JSON line of figures.
 `python -m aotc.tools.bench_child --prepare-aot SPEC` makes the aot_compile artifact, untimed.
+
+A variant's cold start is timed from before this process starts, imports included, so each
+variant imports only what it runs: the imports are inside the functions on purpose (eager
+does not pay for aotc's runtime, nor the raw runner for the model's source).
 """
 
 from __future__ import annotations

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import tempfile
 
+import torch
+
+from aotc._torch_compat import aoti_package_loader
+from aotc.bundle.files import Bundle
+from aotc.exporters import formats
+from aotc.exporters.graph_inputs import example_graph_inputs
+from aotc.runtime.autograd_fn import TrainingGraphs
+
 RAW = "aoti raw runner"  # the variant's name in bench's tables
 
 
 def raw_step(spec: dict, device):
     """The compiled packages called bare on flat tensors gathered once; returns step()."""
-    import torch
-
-    from aotc._torch_compat import aoti_package_loader
-    from aotc.bundle.files import Bundle
-    from aotc.exporters import formats
-    from aotc.exporters.graph_inputs import example_graph_inputs
 
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
     workdir = tempfile.mkdtemp(prefix="aotc-bench-")
@@ -70,7 +72,6 @@ def raw_step(spec: dict, device):
             torch._foreach_add_(params, [outs[i] for i in grads], alpha=-lr)
 
         return joint_step
-    from aotc.runtime.autograd_fn import TrainingGraphs
 
     graphs = TrainingGraphs.build(None, None, sig["forward"], sig["backward"])
     forward, backward = runner("forward"), runner("backward")

@@ -30,13 +30,16 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from aotc.bundle.files import Bundle
-from aotc.bundle.schema import Slot, TensorMeta
+from aotc.bundle.schema import Slot, TensorMeta, to_json
+from aotc.bundle.summary import describe
 from aotc.errors import BundleError
+from aotc.runtime.regional import is_regional
 from aotc.tools.diff_change import (  # noqa: F401 (public here: cli.diff, users)
     KINDS,
     BundleDiff,
@@ -72,7 +75,6 @@ def diff_bundles(old: str | Path, new: str | Path, run: bool = False, trusted_su
 
 
 def _open(path: str | Path, side: str) -> Bundle:
-    from aotc.runtime.regional import is_regional
 
     if is_regional(path):
         raise BundleError(
@@ -197,7 +199,6 @@ def _model_facts(bundle: Bundle) -> dict[str, Any]:
     """What the whole bundle was captured as: mode, the pytree structure of forward's
     inputs and outputs (their specs are long JSON; a change is reported, not shown), and the
     global state of the capture."""
-    from aotc.bundle.schema import to_json
 
     sig, meta = bundle.signature, bundle.metadata
     return {
@@ -211,7 +212,6 @@ def _model_facts(bundle: Bundle) -> dict[str, Any]:
 
 
 def _sha(text: str) -> str:
-    import hashlib
 
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -221,7 +221,6 @@ def _sha(text: str) -> str:
 
 def op_changes(old: Bundle, new: Bundle) -> list[Change]:
     """Per graph kind both bundles have: operators whose call count changed (0: absent)."""
-    from aotc.bundle.summary import describe
 
     ops_old, ops_new = describe(old)["graphs"], describe(new)["graphs"]
     changes = []

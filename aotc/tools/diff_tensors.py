@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+import aotc
 from aotc.bundle.files import Bundle
+from aotc.errors import InputError
 from aotc.tools.diff_change import Change, ChangeKind, _differing, keyed
+from aotc.tools.observe import observe
+from aotc.tools.reference import REFERENCE
+from aotc.tools.verify import _golden, _golden_inputs
 
 
 def weight_changes(old: Bundle, new: Bundle) -> list[Change]:
@@ -32,7 +39,6 @@ def tensor_change(kind: ChangeKind, subject: str, old, new) -> Change | None:
     positions where a NaN or inf appeared, went away or changed sign are counted in the note,
     so that a NaN never hides inside a small max_abs.
     """
-    import torch
 
     if old.shape != new.shape or old.dtype != new.dtype:
         return Change(kind, subject, "changed", *_differing(_tensor_label(old), _tensor_label(new)))
@@ -51,7 +57,6 @@ def tensor_change(kind: ChangeKind, subject: str, old, new) -> Change | None:
 
 
 def _same_bytes(a, b) -> bool:
-    import torch
 
     def raw(t):
         return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
@@ -64,9 +69,6 @@ def output_changes(old: Bundle, new: Bundle, trusted=()) -> tuple[list[Change], 
     """Both bundles loaded (`aotc.load`, backend auto, eval) and called on OLD's golden
     inputs (reference.safetensors); each output leaf of NEW against OLD's. Returns the
     changes and, when outputs could not be compared, why (never a silent pass)."""
-    from aotc.errors import InputError
-    from aotc.tools.reference import REFERENCE
-    from aotc.tools.verify import _golden, _golden_inputs
 
     for side, bundle in (("old", old), ("new", new)):
         if "inference" not in bundle.graph_kinds or bundle.metadata.training:
@@ -98,8 +100,6 @@ def output_changes(old: Bundle, new: Bundle, trusted=()) -> tuple[list[Change], 
 
 
 def _run(bundle: Bundle, inputs, trusted) -> dict:
-    import aotc
-    from aotc.tools.observe import observe
 
     module = aotc.load(bundle.path, trusted_subclasses=trusted)
     args, kwargs = inputs

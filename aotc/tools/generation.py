@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+import aotc
 from aotc.errors import CaptureError, InputError
 
 
@@ -36,7 +37,7 @@ class StaticCacheLM(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module, batch_size: int, max_cache_len: int):
         super().__init__()
-        from transformers import StaticCache
+        from transformers import StaticCache  # transformers: optional, and only for generation bundles
         from transformers.cache_utils import StaticLayer
         from transformers.configuration_utils import get_head_shapes
 
@@ -120,7 +121,6 @@ def generate(bundle: Any, input_ids: torch.Tensor, max_new_tokens: int, *, do_sa
     sequence ends at an end-of-sequence token (the model's, unless `eos_token_id` is
     given); finished sequences are padded with the pad token, as `model.generate` does.
     """
-    import aotc
 
     module = bundle if isinstance(bundle, torch.nn.Module) else aotc.load(bundle, backend=backend, device=device)
     info = module.generation

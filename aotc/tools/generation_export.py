@@ -11,8 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch.export import Dim
 
+from aotc.api import export_checks
+from aotc.bundle.files import check_target
+from aotc.bundle.schema import GenerationInfo, ModelInfo
+from aotc.capture import CaptureOptions, capture
 from aotc.errors import AotcError, CaptureError
+from aotc.export_writer import Contents, write_bundle
 from aotc.tools.generation import StaticCacheLM
 
 
@@ -31,7 +37,6 @@ def export_generation(model: torch.nn.Module, out: str | Path, *, batch_size: in
                       task: str | None = "text-generation", assets: dict[str, Path] | None = None,
                       on_phase=None):
     """Write a generation bundle for the causal LM `model` (graphs "prefill" and "decode")."""
-    from aotc.bundle.files import check_target
 
     out = Path(out)
     check_target(out, force)
@@ -46,12 +51,6 @@ def export_generation(model: torch.nn.Module, out: str | Path, *, batch_size: in
 
 
 def _export_generation(model, out: Path, batch_size, max_cache_len, force, name, source, task, assets, on_phase):
-    from torch.export import Dim
-
-    from aotc.api import export_checks
-    from aotc.bundle.schema import GenerationInfo, ModelInfo
-    from aotc.capture import CaptureOptions, capture
-    from aotc.export_writer import Contents, write_bundle
 
     wrapper = StaticCacheLM(model, batch_size, max_cache_len).eval()
     vocab = model.config.get_text_config().vocab_size

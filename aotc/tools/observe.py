@@ -22,6 +22,8 @@ from aotc._torch_compat import pytree
 from aotc.contract.aliasing import clone_like
 from aotc.contract.outputs import plain_outputs
 from aotc.contract.subclasses import dense_leaves, is_subclass, named_plain
+from aotc.errors import BundleError
+from aotc.runtime.module import LoadedModule
 
 Record = dict[str, torch.Tensor]
 SEED = 0
@@ -106,7 +108,6 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
         with torch.no_grad():
             outputs = pytree.tree_leaves(plain_outputs(model(*args, **kwargs)))
     elif mode == "joint":
-        from aotc.runtime.module import LoadedModule
 
         if isinstance(model, LoadedModule):
             seen[LOSS] = model.train_step(*args, **kwargs)
@@ -156,7 +157,6 @@ def backward_with_seeded_grads(outputs: list, seed: int, given: Record | None = 
         for i, (_, p) in enumerate(plain, start=first):
             key = grad_output_key(i)
             if given is not None and key not in given:
-                from aotc.errors import BundleError
 
                 raise BundleError(f"reference.safetensors has no '{key}' for an output that takes a gradient.")
             parts.append(given[key].to(p.device) if given is not None

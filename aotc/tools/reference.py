@@ -14,6 +14,7 @@ import copy
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.contract import optimizers
 from aotc.contract.subclasses import dense_leaves
 from aotc.tools.observe import SEED, Record, input_key, is_input_entry, observe
 
@@ -42,7 +43,6 @@ def run_eager(model: torch.nn.Module, args, kwargs, names: list[str], mode: str,
     ref = {input_key(n): t.detach().clone() for n, t in zip(names, flat)}
     opt = None
     if optimizer is not None:
-        from aotc.contract import optimizers
 
         info, state = optimizer
         opt = optimizers.build(info, model, state)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import inspect
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,12 +29,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
+from torch.export import Dim
 
-from aotc import __version__
+from aotc import __version__, load
 from aotc._torch_compat import pytree
+from aotc.api import export
 from aotc.bundle.files import check_target, check_writable, manifest_checksum, staging_dir
 from aotc.bundle.regions_schema import Region, RegionGroup, RegionsManifest
 from aotc.bundle.schema import FORMAT_VERSION, ModelInfo, to_json
+from aotc.capture.breaks import report
+from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.errors import CaptureError, RegionError
 from aotc.runtime.regional import (  # noqa: F401 (public here before)
     REGIONS,
@@ -47,6 +53,8 @@ from aotc.runtime.regional import (  # noqa: F401 (public here before)
     tensor_spec,
     update_groups,
 )
+from aotc.sources.model_file import _split_inputs
+from aotc.tools.observe import clone_tree
 
 
 @dataclass
@@ -61,7 +69,6 @@ class _Call:
 def _record_calls(model: torch.nn.Module, args: tuple, kwargs: dict, grad: bool = False) -> dict[str, _Call]:
     """Every submodule's inputs and outputs at its first call, from one eager run of a
     copy; with `grad`, under grad mode, so inputs require grad as in training."""
-    from aotc.tools.observe import clone_tree
 
     twin = copy.deepcopy(model)  # the run may update buffers (BatchNorm); the user's model stays as it was
     calls: dict[str, _Call] = {}
@@ -94,8 +101,6 @@ def _key(module: torch.nn.Module, call: _Call) -> tuple:
 
 def _reproduces(group_bundle: Path, module: torch.nn.Module, call: _Call, mode: str) -> bool:
     """Whether the group's graphs, with `module`'s weights, give its recorded outputs."""
-    from aotc import load
-    from aotc.tools.observe import clone_tree
 
     loaded = load(group_bundle, backend="fx", mode=mode)
     copy_weights(loaded, module_state(module))
@@ -112,7 +117,6 @@ def _reproduces(group_bundle: Path, module: torch.nn.Module, call: _Call, mode: 
 def _shorter_inputs(model: torch.nn.Module, args: tuple, kwargs: dict, dynamic_shapes) -> tuple | None:
     """The example inputs with every declared dynamic dim one shorter, so a second
     recording run shows which dims of each region's inputs follow them; None if none."""
-    from aotc.capture.dynamic_shapes import user_dynamic_shapes
 
     spec = user_dynamic_shapes(model, args, kwargs, dynamic_shapes)
     if spec is None:
@@ -132,9 +136,6 @@ def _shorter_inputs(model: torch.nn.Module, args: tuple, kwargs: dict, dynamic_s
 def _region_dynamic_shapes(module: torch.nn.Module, call: _Call, other: _Call | None) -> dict | None:
     """dynamic_shapes for a region: the dims of its inputs that changed between the two
     recording runs (Dim.AUTO: export finds their ranges and relations)."""
-    import inspect
-
-    from torch.export import Dim
 
     if other is None:
         return None
@@ -175,9 +176,6 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
     over FQNs such as "blocks.*") as a regional bundle at `out`. `dynamic_shapes` (the
     whole model's, in torch.export's format) makes dynamic the dims of each region's
     inputs that follow the model's dynamic dims."""
-    from aotc.api import export
-    from aotc.capture.breaks import report
-    from aotc.sources.model_file import _split_inputs
 
     if tuple(graphs) not in (("inference",), ("forward", "backward")):
         raise RegionError("regions take inference or forward+backward graphs; a region has no loss for a joint graph.")
@@ -245,7 +243,6 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
 
         files = []
         if others:
-            from safetensors.torch import save_file
 
             save_file({k: v.contiguous().clone() for k, v in others.items()}, str(root / WEIGHTS))
             files.append(file_entry(root, WEIGHTS, "weights"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict
@@ -27,8 +28,9 @@ from typing import Any
 
 from aotc.bundle.files import Bundle
 from aotc.bundle.records import read_records
-from aotc.bundle.summary import describe
+from aotc.bundle.summary import describe, describe_regions
 from aotc.number_format import human_size
+from aotc.runtime.regional import RegionalBundle, is_regional
 from aotc.tools.report_graph import graph_view
 
 _ASSETS = "report_assets"
@@ -39,7 +41,6 @@ _ASSETS = "report_assets"
 
 def build_report(path: str | Path) -> str:
     """The report of the bundle (or regional bundle) at `path`, as one HTML document."""
-    from aotc.runtime.regional import RegionalBundle, is_regional
 
     if is_regional(path):
         return _regional_report(RegionalBundle.open(path))
@@ -53,7 +54,6 @@ def build_report(path: str | Path) -> str:
 def _regional_report(rb) -> str:
     """A regional bundle: its regions, groups and graph-break report, then every group's
     graphs (one tab each) and tables."""
-    from aotc.bundle.summary import describe_regions
 
     info = describe_regions(rb)
     graphs, tables = [], []
@@ -289,7 +289,6 @@ def _bench_plot(rec: dict) -> str:
 
 def _bars(rows: list[tuple[str, float | None, str, str]], log: bool = False, floor: float = 0.0) -> str:
     """A horizontal bar chart as inline SVG: (label, value, css class, value text) per row."""
-    import math
 
     width, label_w, row_h = 900, 360, 22
     if not rows:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
@@ -62,8 +64,6 @@ def describe(name: str, value) -> dict:
 
 def read_inputs(path: Path, names: list[str], in_spec):
     """A safetensors file holding one tensor per input name, as the model's inputs."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     try:
         tensors = load_file(str(path))

@@ -20,7 +20,10 @@ from pathlib import Path
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.bundle.files import Bundle
 from aotc.bundle.schema import Metadata, TensorMeta
+from aotc.tools.reference import run_eager
+from aotc.tools.verify import compare, run_artifact
 
 
 def _cut(flat: list, metas: list[TensorMeta], symbol: str, size: int) -> list | None:
@@ -38,9 +41,6 @@ def _cut(flat: list, metas: list[TensorMeta], symbol: str, size: int) -> list | 
 
 
 def _replays(root: Path, module, inputs, names, mode: str, loss, training: bool) -> bool:
-    from aotc.bundle.files import Bundle
-    from aotc.tools.reference import run_eager
-    from aotc.tools.verify import compare, run_artifact
 
     try:
         expected = run_eager(copy.deepcopy(module).train(training), *inputs, names, mode, loss)

@@ -20,15 +20,22 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.sax.saxutils import quoteattr
 
 import torch
 
+import aotc
 from aotc._torch_compat import pytree
+from aotc.bundle.archives import check_compiled_package, check_graph_archive, check_safetensors, load_safetensors
 from aotc.bundle.files import Bundle
-from aotc.contract.aliasing import realias
+from aotc.contract.aliasing import StrideGuard, dense_strides, realias
 from aotc.contract.outputs import load_spec
-from aotc.errors import AotcError
+from aotc.errors import AotcError, BundleError, CaptureError
+from aotc.runtime.inputs import random_inputs
+from aotc.runtime.regional import RegionalBundle, apply, is_regional
 from aotc.runtime.subclasses import caller_inputs
+from aotc.sources.model_file import load_model
+from aotc.tools.generation import StaticCacheLM
 from aotc.tools.observe import input_key, is_input_entry, observe
 from aotc.tools.reference import REFERENCE, run_eager, tolerance
 
@@ -75,7 +82,6 @@ def integrity(bundle: Bundle) -> list[str]:
     """Check every file of an open bundle without loading or running any of it: archive
     members of graphs and compiled packages, safetensors headers, the weights against the
     metadata. Returns the files checked; a problem is a BundleError naming the file."""
-    from aotc.bundle.archives import check_compiled_package, check_graph_archive, check_safetensors
 
     checked = []
     for entry in bundle.manifest.files:
@@ -119,7 +125,6 @@ def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tenso
 
 
 def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
-    import aotc
 
     mode = _mode(bundle)
     # an inference graph captured in train mode (BatchNorm statistics) runs in train mode
@@ -154,8 +159,6 @@ def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict,
 
 
 def _golden(bundle: Bundle) -> Tensors:
-    from aotc.bundle.archives import load_safetensors
-    from aotc.errors import BundleError
 
     if bundle.manifest.file(REFERENCE) is None:
         raise AotcError(
@@ -188,7 +191,6 @@ def replay_fresh(root: Path, model_name: str) -> None:
     gives what eager gave (reference.safetensors: outputs, inputs after the call, and for
     training graphs every gradient); else CaptureError. What eager runs, a bundle runs
     too, or it is refused here and not first at a user's call."""
-    from aotc.errors import CaptureError
 
     bundle = Bundle.open(root)
     golden = _golden(bundle)
@@ -212,7 +214,6 @@ def replay_fresh(root: Path, model_name: str) -> None:
 def _laid_out(t: torch.Tensor, meta) -> torch.Tensor:
     """`t` (stored contiguous) with the strides the example input had, where they were
     static and dense: the compiled graphs were built for that layout."""
-    from aotc.contract.aliasing import StrideGuard, dense_strides
 
     stride = tuple(meta.stride)
     if meta.dynamic_dims or tuple(t.stride()) == stride or len(stride) != t.dim():
@@ -228,7 +229,6 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
     """Verify every artifact of the bundle at `path`; see the module docstring.
     `trusted_subclasses`: as for aotc.load. `on_artifact(label, done, total)` is told
     before each artifact runs (done = how many have), and once more when all have."""
-    from aotc.runtime.regional import is_regional
 
     if is_regional(path):
         return verify_regions(path, model, rtol, atol, run, checkpoint, trusted_subclasses)
@@ -264,8 +264,6 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
     """A regional bundle: every group's bundle as `verify` checks one (its references),
     then, given the model file, the whole model with the regions applied against eager
     on its example inputs, for each backend every group has."""
-    from aotc.runtime.regional import RegionalBundle, apply
-    from aotc.sources.model_file import load_model
 
     rb = RegionalBundle.open(path)
     report = Report(str(rb.path), ran=run)
@@ -298,14 +296,11 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
 
 
 def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=(), on_artifact=None) -> list[Check]:
-    from aotc.runtime.inputs import random_inputs
-    from aotc.sources.model_file import load_model
 
     spec = load_model(source, checkpoint=checkpoint)
     model = spec.module
     if bundle.manifest.generation is not None:
         # a generation bundle's graphs are the model over its static KV cache
-        from aotc.tools.generation import StaticCacheLM
 
         g = bundle.manifest.generation
         model = StaticCacheLM(model.eval(), g.batch_size, g.max_cache_len).eval()
@@ -331,7 +326,6 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
 
 def junit_xml(report: Report) -> str:
     """One test case per artifact and entry; a failure element for each mismatch."""
-    from xml.sax.saxutils import quoteattr
 
     failures = sum(not c.passed for c in report.checks)
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
