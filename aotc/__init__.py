@@ -54,6 +54,7 @@ _EXPORTS = {
     "ExportOptions": "aotc.api",
     "load": "aotc.runtime",
     "compile": "aotc.compiler",
+    "CompileOptions": "aotc.compiler",
     "verify": "aotc.tools.verify",
     "apply": "aotc.runtime.regional",
     "diff_bundles": "aotc.tools.diff",

@@ -12,8 +12,11 @@ the bundle.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aotc.bundle.files import Bundle
 from aotc.exporters.formats import BuildOptions, GraphCallback, add_artifacts
@@ -25,29 +28,41 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "aotc"
 
 
-def compile(
-    path: str | Path,
-    devices=("cpu",),
-    *,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
-    freeze: bool = False,
-    on_graph: GraphCallback | None = None,
-) -> Bundle:
+@dataclass(frozen=True)
+class CompileOptions:
+    """How `compile` builds, beside what (the bundle and the devices): where compiled results
+    are cached (AOTC_CACHE_DIR, else ~/.cache/aotc), whether an identical earlier build is
+    reused, whether inference graphs get their weights folded in (`freeze`: faster on CPU
+    convolutions, but the loaded module refuses new weights), and a callback told each graph
+    as it starts and ends: on_graph(kind, device, "start" | "compiled" | "cached")."""
+
+    cache_dir: str | Path | None = None
+    use_cache: bool = True
+    freeze: bool = False
+    on_graph: GraphCallback | None = None
+
+
+def compile(path: str | Path, devices=("cpu",), *, options: CompileOptions | None = None, **settings: Any) -> Bundle:
     """Compile every graph of the bundle at `path` for each device; returns the new Bundle
-    (for a regional bundle, each group's bundle, and the new RegionalBundle). With
-    `freeze`, inference graphs are compiled with their weights folded in (exporters/aoti.py):
-    faster on CPU convolutions, but the loaded module refuses new weights."""
+    (for a regional bundle, each group's bundle, and the new RegionalBundle).
 
+    `options` (CompileOptions) says how; its fields can be given as keywords instead
+    (`freeze=True`, `cache_dir=...`), each overriding `options`."""
+
+    names = [f.name for f in dataclasses.fields(CompileOptions)]
+    unknown = sorted(set(settings) - set(names))
+    if unknown:
+        raise TypeError(f"compile() got an unexpected keyword argument {unknown[0]!r}; it takes devices, options, "
+                        f"and CompileOptions' fields: {', '.join(names)}.")
+    o = dataclasses.replace(options or CompileOptions(), **settings)
     if is_regional(path):
-        return update_groups(path, lambda group: compile(group, devices, cache_dir=cache_dir, use_cache=use_cache,
-                                                            freeze=freeze, on_graph=on_graph))
+        return update_groups(path, lambda group: compile(group, devices, options=o))
 
-    options = BuildOptions(cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(), use_cache=use_cache,
-                           freeze=freeze)
+    build = BuildOptions(cache_dir=Path(o.cache_dir) if o.cache_dir else default_cache_dir(), use_cache=o.use_cache,
+                         freeze=o.freeze)
 
     def report(kind: str, device: str, event: str) -> None:  # events: "start", "compiled", "cached"
-        if on_graph:
-            on_graph(kind, device, "compiled" if event == "built" else event)
+        if o.on_graph:
+            o.on_graph(kind, device, "compiled" if event == "built" else event)
 
-    return add_artifacts(path, "aoti", devices, options=options, on_graph=report)
+    return add_artifacts(path, "aoti", devices, options=build, on_graph=report)

@@ -51,6 +51,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
     """
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from aotc.compiler import CompileOptions
     from aotc.compiler import compile as compile_bundle
     from aotc.devices import resolve_device
 
@@ -91,8 +92,8 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
             note = "cached" if event == "cached" else "compiled"
             progress.update(task, completed=1, description=f"{note} {kind} ({device})")
 
-        bundle = compile_bundle(bundle_path, devices=devices, cache_dir=cache_dir, use_cache=not no_cache,
-                                freeze=freeze, on_graph=on_graph)
+        options = CompileOptions(cache_dir=cache_dir, use_cache=not no_cache, freeze=freeze, on_graph=on_graph)
+        bundle = compile_bundle(bundle_path, devices=devices, options=options)
     total = time.perf_counter() - started
     from aotc.runtime.regional import RegionalBundle
 

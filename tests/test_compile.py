@@ -82,13 +82,16 @@ def test_compile_cache(tmp_path):
         events.append(event)
 
     aotc.compile(first, cache_dir=tmp_path / "cache", on_graph=record)
-    aotc.compile(second, cache_dir=tmp_path / "cache", on_graph=record)
+    options = aotc.CompileOptions(cache_dir=tmp_path / "cache", on_graph=record)  # the same, as a dataclass
+    aotc.compile(second, options=options)
     assert events == ["start", "compiled", "start", "cached"]
     a, b = (p / "compiled/cpu/inference.pt2" for p in (first, second))
     assert a.read_bytes() == b.read_bytes()
     events.clear()
-    aotc.compile(second, cache_dir=tmp_path / "cache", use_cache=False, on_graph=record)
+    aotc.compile(second, options=options, use_cache=False)  # a keyword overrides the dataclass's field
     assert events == ["start", "compiled"]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'fereze'.*freeze"):
+        aotc.compile(second, fereze=True)
 
     # a cache entry whose metadata does not read back (a package another process was still
     # writing when inductor's cache handed it out) is compiled again, never copied
