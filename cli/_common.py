@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
+import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +27,11 @@ def console():
     """A rich console on stderr: people read stderr, programs read stdout."""
     from rich.console import Console
 
-    # piped or captured, tables keep their natural width instead of folding at 80 columns
-    return Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+    # piped or captured, tables keep their natural width instead of folding at 80 columns,
+    # unless COLUMNS says how wide (as on a terminal, where tables fit its width)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else None if sys.stderr.isatty() else PIPED_WIDTH
+    return Console(stderr=True, highlight=False, width=width)
 
 
 PIPED_WIDTH = 100_000  # wider than any table aotc prints: piped output is never folded
@@ -48,13 +55,36 @@ def record_results(bundle, name: str, data: dict, out) -> None:
 
 
 def debug_option(fn: Callable) -> Callable:
-    return click.option("--debug", is_flag=True, help="Show the full traceback on errors.")(fn)
+    return click.option("--debug", is_flag=True,
+                        help="Show the full traceback on errors, and other libraries' warnings.")(fn)
 
 
 def json_option(fn: Callable) -> Callable:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print a machine-readable JSON result on stdout."
     )(fn)
+
+
+# Libraries whose warnings are about their own internals, never the user's model:
+# torchao's "Failed to load ..._C_*.so" on import, torch's pytree deprecations, ...
+LIBRARIES = r"(torch|torchao|transformers|tokenizers|safetensors|onnx|onnxscript|onnx_ir|onnxruntime|sympy)(\.|$)"
+
+
+@contextlib.contextmanager
+def quiet_libraries(debug: bool):
+    """While a command runs, what other libraries log below ERROR, and the Python warnings
+    they raise, stay off stderr (all of it shows with --debug). Warnings raised from the
+    user's own code (a model file's forward) still show: they are the user's concern."""
+    if debug:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=LIBRARIES)
+        logging.disable(logging.WARNING)  # torch sets its loggers' levels when imported; this holds whatever the order
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
 
 
 def handles_errors(fn: Callable) -> Callable:
@@ -67,7 +97,8 @@ def handles_errors(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = kwargs.get("debug", False)
         try:
-            return fn(*args, **kwargs)
+            with quiet_libraries(debug):
+                return fn(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except AotcError as e:

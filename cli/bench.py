@@ -95,26 +95,34 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
 
 
 def results_table(results, title: str):
-    """The results as a rich Table, with each variant's speed relative to eager,
-    torch.compile (warm cache) and the raw AOTInductor runner."""
+    """The results as a rich Table that fits a 100-column terminal, then the baselines that
+    failed, with their errors: each variant's speed relative to eager, torch.compile (warm
+    cache) and the raw AOTInductor runner, where those ran, and the spread with several
+    runs. Calls per second and every run's figures are in --json."""
+    from rich.console import Group
     from rich.table import Table
 
+    from aotc.number_format import human_time_us
     from aotc.tools.bench import RAW
 
     ref = {r.variant: r for r in results if r.median_us}
-    bases = [(ref.get("eager"), "vs eager"), (ref.get("torch.compile (warm cache)"), "vs torch.compile"),
-             (ref.get(RAW), "vs raw runner")]
+    bases = [(ref[name], label) for name, label in (("eager", "vs\neager"), ("torch.compile (warm cache)",
+             "vs torch\n.compile"), (RAW, "vs raw\nrunner")) if name in ref]
+    spread = any(r.spread is not None for r in results)
     table = Table(title=title, title_justify="left")
-    for col in ("variant", "cold start", "median", "spread", "p90", "calls/s", "peak MiB", *(label for _, label in bases)):
-        table.add_column(col, justify="left" if col == "variant" else "right")
+    table.add_column("variant", ratio=1)  # the one column that wraps when the terminal is narrow
+    for col in ("cold\nstart", "median", *(["spread"] if spread else []), "p90", "peak\nMiB", *(b for _, b in bases)):
+        table.add_column(col, justify="right", no_wrap=True)
+    failed = []
     for r in results:
         if not r.median_us:
-            table.add_row(r.variant, f"[red]failed: {r.error}[/red]", *["-"] * (6 + len(bases)))
+            failed.append(f"[red]{r.variant} failed[/red]: {r.error}")
+            table.add_row(f"{r.variant} [red](failed)[/red]", *["-"] * (len(table.columns) - 1))
             continue
         table.add_row(
-            r.variant, f"{r.cold_start_s:.2f} s", f"{r.median_us:.1f} µs",
-            "-" if r.spread is None else f"{100 * r.spread:.0f}%", f"{r.p90_us:.1f} µs",
-            f"{r.calls_per_s:,.0f}", f"{r.peak_memory_mib:.0f}",
-            *(f"{base.median_us / r.median_us:.2f}x" if base else "-" for base, _ in bases),
+            r.variant, f"{r.cold_start_s:.2f} s", human_time_us(r.median_us),
+            *([f"{100 * r.spread:.0f}%" if r.spread is not None else "-"] if spread else []),
+            human_time_us(r.p90_us), f"{r.peak_memory_mib:.0f}",
+            *(f"{base.median_us / r.median_us:.2f}x" for base, _ in bases),
         )
-    return table
+    return Group(table, *failed)

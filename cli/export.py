@@ -293,7 +293,9 @@ def print_regions(out, summary: dict) -> None:
 def print_graph_table(out, summary: dict) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{summary['model']} -> {summary['bundle']}", title_justify="left")
+    # its own line: as the table's title, a long path would wrap at the table's width
+    out.print(f"{summary['model']} -> {summary['bundle']}", soft_wrap=True)
+    table = Table()
     for col in ("graph", "nodes", "inputs", "outputs"):
         table.add_column(col, justify="left" if col == "graph" else "right")
     for kind, g in summary["graphs"].items():
