@@ -22,7 +22,8 @@ from aotc.cli._common import (
 
 @click.command("bench")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines.")
+@click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines "
+              "[default: for a bundle exported from a Hugging Face folder, rebuilt from its hf/config.json].")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
 @click.option("--baselines", default="eager,torch.compile,aot_compile,raw", show_default=True,
               help="Comma-separated: eager, torch.compile, aot_compile (torch.compile's saved artifact), "

@@ -22,8 +22,9 @@ from aotc.cli._common import (
 
 @click.command("verify")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--model", help="Model file (or pkg.mod:factory) to rebuild eager from, for the random samples. "
-              "A model path recorded in the bundle is never run.")
+@click.option("--model", help="Model file (or pkg.mod:factory) to rebuild eager from, for the random samples "
+              "[default: for a bundle exported from a Hugging Face folder, transformers' class built from the "
+              "bundle's hf/config.json]. A model path recorded in the bundle is never run.")
 @click.option("--checkpoint", help="Weights for --model [default: the model file's CHECKPOINT].")
 @click.option("--no-run", is_flag=True, help="Check integrity only: hashes, archive members, headers, metadata. "
               "Loads and runs nothing; the check for a bundle you do not trust.")

@@ -72,6 +72,44 @@ def test_folder_exports_the_task_its_config_names(folders, tmp_path, name, auto_
 
 
 @pytest.fixture(scope="session")
+def bert_bundle(folders, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bert") / "bert"
+    _export(folders["bert"], out)
+    return out
+
+
+def test_verify_and_bench_a_folder_bundle_with_no_flags(bert_bundle):
+    """The bundle holds the folder's config and its weights: verify's random samples and
+    bench's baselines rebuild eager from them with transformers' class, no --model."""
+    result = CliRunner().invoke(cli, ["verify", str(bert_bundle), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    sampled = [c for c in report["checks"] if "vs eager (sample" in c["artifact"]]
+    assert sampled and all(c["passed"] for c in report["checks"]) and report["skipped"] == []
+    result = CliRunner().invoke(cli, ["bench", str(bert_bundle), "--baselines", "eager", "--iters", "2",
+                                      "--warmup", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["variant"]: r for r in json.loads(result.stdout)["results"]}
+    assert rows["eager"]["error"] == "" and rows["eager"]["median_us"] > 0, rows["eager"]
+
+
+def test_a_folder_bundle_whose_config_names_code_is_refused(bert_bundle, tmp_path):
+    """The rebuild runs transformers' own classes only: a config edited to name custom code
+    (auto_map), even with every hash recomputed, is refused before anything is built."""
+    from conftest import rehash
+
+    bundle = tmp_path / "b"
+    shutil.copytree(bert_bundle, bundle)
+    config = json.loads((bundle / "hf/config.json").read_text())
+    config["auto_map"] = {"AutoModelForSequenceClassification": "evil.Model"}
+    (bundle / "hf/config.json").write_text(json.dumps(config))
+    rehash(bundle)
+    result = CliRunner().invoke(cli, ["verify", str(bundle)])
+    assert result.exit_code == 1
+    assert "names custom code (auto_map); aotc never runs code a bundle names" in result.stderr
+
+
+@pytest.fixture(scope="session")
 def gpt2_generation(folders, tmp_path_factory):
     out = tmp_path_factory.mktemp("gen") / "gpt2"
     summary = _export(folders["gpt2"], out, "--max-cache-len", "40")

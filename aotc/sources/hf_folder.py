@@ -214,3 +214,37 @@ def example_inputs(config, modality: str, text_inputs: tuple[str, ...] = ("input
         kwargs["decoder_input_ids"] = torch.randint(0, vocab, (EXAMPLE_BATCH, EXAMPLE_SEQUENCE // 2), generator=g)
         dynamic["decoder_input_ids"] = {0: batch, 1: Dim("target", min=1, max=_max_positions(config))}
     return kwargs, dynamic
+
+
+BUNDLE_CONFIG = "hf/config.json"  # where export copies a folder's config.json in the bundle
+
+
+def has_bundle_config(bundle) -> bool:
+    """Whether `bundle` (a Bundle) was exported from a Hugging Face folder: it holds the
+    folder's config.json and the task the model was built for."""
+    return bundle.manifest.model.task in TASKS and any(f.path == BUNDLE_CONFIG for f in bundle.manifest.files)
+
+
+def build_from_bundle_config(bundle) -> "torch.nn.Module":
+    """The architecture of a bundle exported from a Hugging Face folder, with fresh weights:
+    transformers' class for the recorded task, built from the bundle's own hf/config.json
+    (no code from the folder runs: trust_remote_code stays off, and a config that names
+    custom code is refused). aotc.tools.rebuild loads the bundle's weights into it."""
+    config_json = _read_config(bundle.path / "hf")
+    if config_json.get("auto_map"):
+        raise ModelFileError(
+            f"'{bundle.path / BUNDLE_CONFIG}' names custom code (auto_map); aotc never runs code a bundle "
+            "names. Give the model file that builds it with --model."
+        )
+    transformers = _transformers()
+    task = bundle.manifest.model.task
+    auto = getattr(transformers, TASKS[task][0])
+    try:
+        config = transformers.AutoConfig.from_pretrained(bundle.path / "hf", local_files_only=True,
+                                                         trust_remote_code=False)
+        return auto.from_config(config, trust_remote_code=False).eval()
+    except (ValueError, KeyError, OSError) as e:
+        raise ModelFileError(
+            f"transformers could not build {TASKS[task][0]} for task '{task}' from '{bundle.path / BUNDLE_CONFIG}': "
+            f"{str(e).strip().splitlines()[0]}. Give the model file with --model."
+        ) from e

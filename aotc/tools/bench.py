@@ -36,6 +36,7 @@ from pathlib import Path
 from aotc.bundle.files import Bundle
 from aotc.errors import AotcError
 from aotc.runtime.regional import RegionalBundle, is_regional
+from aotc.sources.hf_folder import has_bundle_config
 from aotc.tools.bench_raw import RAW
 from aotc.tools.verify import artifacts
 
@@ -146,7 +147,8 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
             )
         available = [(label, b) for label, b in available if b in backends]
     training = times_training(bundle, train)
-    _need_model(baselines, model)
+    # a bundle exported from a Hugging Face folder rebuilds its eager model from its own config
+    _need_model(baselines, model or has_bundle_config(bundle))
     spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
             "repeats": repeats}

@@ -55,6 +55,21 @@ def _inputs(spec: dict, device):
     return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
 
 
+def _eager(spec: dict):
+    """The eager model and its loss (None: the outputs' sum): built by the model file the
+    user named, or for a bundle exported from a Hugging Face folder, rebuilt from its own
+    hf/config.json and weights with transformers' classes."""
+    if spec["source"]:
+        from aotc.sources.model_file import load_model
+
+        loaded = load_model(spec["source"])
+        return loaded.module, loaded.loss
+    from aotc.bundle.files import Bundle
+    from aotc.tools.rebuild import eager_from_bundle
+
+    return eager_from_bundle(Bundle.open(spec["bundle"], verify_hashes=False)), None
+
+
 def _model_step(spec: dict, device):
     """A step over a model: aotc's loaded bundle, eager, torch.compile or an aot_compile
     artifact; returns step()."""
@@ -84,11 +99,8 @@ def _model_step(spec: dict, device):
 
             loss_fn = load_model(spec["source"]).loss
     else:
-        from aotc.sources.model_file import load_model
-
-        loaded = load_model(spec["source"])
-        model = loaded.module.to(device).train(train)
-        loss_fn = loaded.loss
+        model, loss_fn = _eager(spec)
+        model = model.to(device).train(train)
         call = model
         if variant.startswith("torch.compile freezing"):  # weights folded in, as `aotc compile --freeze`
             from aotc import _torch_compat as tc
@@ -184,11 +196,10 @@ def _prepare_aot(spec: dict) -> None:
     import torch
 
     from aotc.devices import resolve_device
-    from aotc.sources.model_file import load_model
 
     torch.set_num_threads(spec["threads"])
     device = resolve_device(spec["device"])
-    model = load_model(spec["source"]).module.to(device).train(spec["train"])
+    model = _eager(spec)[0].to(device).train(spec["train"])
     args, kwargs = _inputs(spec, device)
     with torch.no_grad() if not spec["train"] else contextlib.nullcontext():
         compiled = torch.compile(model.forward, fullgraph=True).aot_compile((args, kwargs))

@@ -34,9 +34,11 @@ from aotc.errors import AotcError, BundleError, CaptureError
 from aotc.runtime.inputs import random_inputs
 from aotc.runtime.regional import RegionalBundle, apply, is_regional
 from aotc.runtime.subclasses import caller_inputs
+from aotc.sources.hf_folder import has_bundle_config
 from aotc.sources.model_file import load_model
 from aotc.tools.generation import StaticCacheLM
 from aotc.tools.observe import input_key, is_input_entry, observe
+from aotc.tools.rebuild import eager_from_bundle
 from aotc.tools.reference import REFERENCE, run_eager, tolerance
 
 Tensors = dict[str, torch.Tensor]
@@ -242,7 +244,7 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
         rtol is not None or atol is not None) else None
     found, report.skipped = artifacts(bundle)
     inputs = _golden_inputs(bundle, golden, trusted_subclasses)
-    rebuilt = bool(samples and model)
+    rebuilt = bool(samples and (model or has_bundle_config(bundle)))  # a HF folder's bundle rebuilds itself
     total = len(found) * (1 + (samples if rebuilt else 0))
     for done, (label, backend, device) in enumerate(found):
         if on_artifact:
@@ -296,10 +298,14 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
 
 
 def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=(), on_artifact=None) -> list[Check]:
-
-    spec = load_model(source, checkpoint=checkpoint)
-    model = spec.module
-    if bundle.manifest.generation is not None:
+    """The artifacts against eager on random inputs: eager is the model `source` builds, or
+    for a bundle exported from a Hugging Face folder, the one its hf/config.json builds."""
+    if source:
+        spec = load_model(source, checkpoint=checkpoint)
+        model, loss = spec.module, spec.loss
+    else:  # exported from a Hugging Face folder: its config and weights are in the bundle
+        model, loss = eager_from_bundle(bundle), None
+    if source and bundle.manifest.generation is not None:
         # a generation bundle's graphs are the model over its static KV cache
 
         g = bundle.manifest.generation
@@ -314,7 +320,7 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
         inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),
                                trusted)
         expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
-                             spec.loss, grad_seed=sample + 1, optimizer=optimizer)
+                             loss, grad_seed=sample + 1, optimizer=optimizer)
         for k, (label, backend, device) in enumerate(found):
             if on_artifact:
                 on_artifact(f"{label} vs eager (sample {sample + 1})", len(found) * (1 + sample) + k,
