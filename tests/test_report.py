@@ -279,3 +279,61 @@ def test_a_record_of_the_wrong_shape_is_refused(tmp_path):
     with pytest.raises(BundleError, match="expected an object with a list 'results'"):
         write_record(path, "bench", {"results": "fast"})
     assert not (path / "records").exists()  # nothing written
+
+
+# What a reader sees first, per drawn box: its on-screen size, its label's, and whether it
+# lies inside the canvas. Labels under 9 px are unreadable; dagre's first layout must be quick.
+_FIRST_VIEW = """
+const canvas = document.getElementById('canvas').getBoundingClientRect();
+const boxes = [...document.querySelectorAll('#graph g.node, #graph g.group-node')].map(g => {
+  const r = g.querySelector('rect').getBoundingClientRect(), t = g.querySelector('text').getBoundingClientRect();
+  return {height: r.height, label: t.height,
+          inside: r.left >= canvas.left && r.right <= canvas.right && r.top >= canvas.top && r.bottom <= canvas.bottom};
+});
+return {boxes, ms: +document.body.dataset.layoutMs,
+        groups: [...document.querySelectorAll('#graph g.group-node')].map(g => g.dataset.path)};
+"""
+
+
+def _first_view(browser, index: int) -> dict:
+    _show(browser, index)
+    browser.execute_script("document.getElementById('canvas').scrollIntoView()")
+    view = browser.execute_script(_FIRST_VIEW)
+    assert view["ms"] < 1000  # the first layout
+    assert min(b["height"] for b in view["boxes"]) >= 20 and min(b["label"] for b in view["boxes"]) >= 9
+    return view
+
+
+def test_a_real_model_opens_as_its_outline(browser, tmp_path):
+    """A 12-layer BERT (transformers, built from a config) and gpt_small: the first view of
+    every graph folds each repeated layer into one box and draws the rest around them,
+    with labels readable as they are drawn; a click opens a layer."""
+    transformers = pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
+    config = transformers.BertConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=12,
+                                     num_attention_heads=4, max_position_embeddings=64, num_labels=3)
+    model = transformers.BertForSequenceClassification(config)
+    inputs = {"input_ids": torch.randint(0, 96, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    bert = aotc.export(model.train(), ((), inputs), tmp_path / "bert", graphs=("forward", "backward"))
+    _open(browser, _report(bert.path, tmp_path / "bert.html"))
+    layers = {f"bert.encoder.layer.{i}" for i in range(12)}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for index, kind in enumerate(bert.graph_kinds):
+        view = _first_view(browser, index)
+        assert layers <= set(view["groups"]) and len(view["boxes"]) <= 60, kind  # of 800+ nodes
+        browser.save_screenshot(str(SHOTS / f"bert12-{kind}.png"))
+    before = _drawn(browser)
+    inside = browser.execute_script(
+        "return JSON.parse(document.getElementById('aotc-data').textContent).graphs[1].nodes"
+        ".filter(n => n.module.startsWith('bert.encoder.layer.3.')).length")
+    browser.execute_script("document.querySelector('g.group-node[data-path=\"bert.encoder.layer.3\"]')"
+                           ".dispatchEvent(new MouseEvent('click'))")
+    assert _drawn(browser) > before and inside > 40  # the layer's ops, gradients and saved activations
+
+    path = invoke("export", ROOT / "sample_models" / "gpt_small.py", "-o", tmp_path / "gpt")
+    assert path.exit_code == 0, path.stderr
+    _open(browser, _report(tmp_path / "gpt", tmp_path / "gpt.html"))
+    view = _first_view(browser, 0)
+    assert {"h.0", "h.1", "h.2", "h.3"} <= set(view["groups"])
+    assert all(b["inside"] for b in view["boxes"])  # small enough to fit whole, at a readable size
+    browser.save_screenshot(str(SHOTS / "gpt_small.png"))
+    assert _errors(browser) == []

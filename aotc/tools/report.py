@@ -31,7 +31,7 @@ from aotc.bundle.records import read_records
 from aotc.bundle.summary import describe, describe_regions
 from aotc.number_format import human_size
 from aotc.runtime.regional import RegionalBundle, is_regional
-from aotc.tools.report_graph import graph_view
+from aotc.tools.report_graph import graph_views
 
 _ASSETS = "report_assets"
 
@@ -46,7 +46,7 @@ def build_report(path: str | Path) -> str:
         return _regional_report(RegionalBundle.open(path))
     bundle = Bundle.open(path)
     info = describe(bundle)
-    graphs = [asdict(graph_view(bundle, kind)) for kind in bundle.graph_kinds]
+    graphs = [asdict(view) for view in graph_views(bundle)]
     body = [_header(info), _graph_section(graphs), _tables(info), _records(read_records(bundle))]
     return _page(f"aotc report: {info['manifest']['model']['name']}", "\n".join(body), {"graphs": graphs})
 
@@ -58,10 +58,8 @@ def _regional_report(rb) -> str:
     info = describe_regions(rb)
     graphs, tables = [], []
     for name, bundle in rb.groups.items():
-        for kind in bundle.graph_kinds:
-            view = asdict(graph_view(bundle, kind))
-            view["kind"] = f"{name}: {kind}"
-            graphs.append(view)
+        for view in graph_views(bundle):
+            graphs.append(asdict(view) | {"kind": f"{name}: {view.kind}"})
         tables.append(f"<h3>group {_e(name)}</h3>" + _tables(describe(bundle)).replace("<h2>What the bundle holds</h2>", ""))
     head = (f"<header><h1>{_e(info['model'])} <small>aotc regional bundle</small></h1>"
             f"<p class=\"path\">{_e(info['bundle'])}</p><table class=\"facts\">"
@@ -100,7 +98,7 @@ def write_report(path: str | Path, out: str | Path) -> Path:
 
 
 def _asset(name: str) -> str:
-    return resources.files("aotc").joinpath(_ASSETS, name).read_text(encoding="utf-8")
+    return resources.files("aotc.tools").joinpath(_ASSETS, name).read_text(encoding="utf-8")
 
 
 def _page(title: str, body: str, data: dict) -> str:

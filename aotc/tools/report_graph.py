@@ -40,8 +40,21 @@ class GraphView:
     modules: dict[str, str]  # module path -> class name, for every group drawn
 
 
-def graph_view(bundle: Bundle, kind: str) -> GraphView:
-    """The nodes and edges of one graph, with what aotc knows about each."""
+def graph_views(bundle: Bundle) -> list[GraphView]:
+    """Every graph of the bundle; the backward graph's saved activations sit in the module
+    boxes of the forward ops that saved them."""
+    views, saved_in = [], {}
+    for kind in bundle.graph_kinds:
+        views.append(graph_view(bundle, kind, saved_in))
+        saved_in = {n.slot: n.module for n in views[-1].nodes if n.kind == "output" and n.role == "saved"} or saved_in
+    return views
+
+
+def graph_view(bundle: Bundle, kind: str, saved_in: dict[str, str] | None = None) -> GraphView:
+    """The nodes and edges of one graph, with what aotc knows about each. A value many of
+    which a graph takes or returns sits in a module box, so that folding a block folds it
+    too: a parameter and its gradient in the parameter's module, a saved activation in the
+    module of the op that made it (`saved_in`: a backward graph's, by slot name)."""
     graph = bundle.load_program(kind).graph
     signature = bundle.signature.graphs[kind]
     meta = bundle.metadata.programs.get(kind)
@@ -54,6 +67,8 @@ def graph_view(bundle: Bundle, kind: str) -> GraphView:
     for node, slot in zip([n for n in graph.nodes if n.op == "placeholder"], signature.inputs):
         index[node] = len(nodes)
         nodes.append(_input_node(node, slot, in_meta.get(slot.name)))
+        if slot.role == "saved" and saved_in:
+            nodes[-1].module = saved_in.get(slot.name, "")
     for node in ops:
         index[node] = len(nodes)
         nodes.append(_op_node(node, kind, modules))
@@ -63,6 +78,10 @@ def graph_view(bundle: Bundle, kind: str) -> GraphView:
         nodes.append(_output_node(value, slot, out_meta))
         if value in index:
             edges.append((index[value], len(nodes) - 1))
+            if slot.role == "saved":
+                nodes[-1].module = nodes[index[value]].module
+        if slot.role == "gradient" and slot.target and "." in slot.target:
+            nodes[-1].module = slot.target.rpartition(".")[0]
     return GraphView(kind, nodes, edges, _with_enclosing(modules, nodes))
 
 

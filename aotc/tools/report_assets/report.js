@@ -9,7 +9,10 @@
   // with many edges across module boxes: a graph of more than COLLAPSE_ABOVE nodes opens
   // with its modules folded, showing at most FIRST_VIEW boxes, and a view draws at most MAX_DRAW
   const COLLAPSE_ABOVE = 400;
+  const FOLD_BLOCKS_ABOVE = 150;  // a graph this big with repeated blocks opens with them folded
   const FIRST_VIEW = 600;
+  const BLOCK_NODES = 4;
+  const READABLE = 0.85;  // 11px labels at 0.85 are 9.4px on screen
   const MAX_DRAW = 1200;
   const svg = document.getElementById("graph");
   const status = document.getElementById("status");
@@ -39,10 +42,16 @@
     return n;
   }
 
-  // the deepest level of modules whose collapse leaves at most FIRST_VIEW boxes
+  // The first view of a big graph. A model's repeated blocks (the items of a ModuleList or
+  // Sequential: layer.0 ... layer.11) each fold into one box and everything around them is
+  // drawn: the model reads as its architecture. Without such blocks, the deepest level of
+  // modules whose collapse leaves at most FIRST_VIEW boxes.
   function initialCollapse(graph) {
     const modules = Object.keys(graph.modules);
-    if (graph.nodes.length <= COLLAPSE_ABOVE || !modules.length) return new Set();
+    if (graph.nodes.length <= FOLD_BLOCKS_ABOVE || !modules.length) return new Set();
+    const blocks = repeatedBlocks(graph, modules);
+    if (blocks.size && visibleCount(graph, blocks) <= FIRST_VIEW) return blocks;
+    if (graph.nodes.length <= COLLAPSE_ABOVE) return new Set();
     const maxDepth = Math.max(...modules.map(depth));
     let best = new Set(modules.filter((m) => depth(m) === 1));
     for (let d = 2; d <= maxDepth; d++) {
@@ -51,6 +60,27 @@
       best = level;
     }
     return best;
+  }
+
+  // the outermost modules named by an index (`layer.3`) among at least one sibling so named,
+  // each made of modules of its own: a Linear of a Sequential is no block
+  function repeatedBlocks(graph, modules) {
+    const sizes = {};
+    graph.nodes.forEach((n) => ancestors(n.module).forEach((a) => { sizes[a] = (sizes[a] || 0) + 1; }));
+    const parentOf = (m) => m.slice(0, Math.max(0, m.lastIndexOf(".")));
+    const inner = new Set(modules.map(parentOf));
+    const indexed = modules.filter((m) => /(^|\.)\d+$/.test(m) && inner.has(m));
+    const siblings = {};
+    indexed.forEach((m) => { siblings[parentOf(m)] = (siblings[parentOf(m)] || 0) + 1; });
+    const all = indexed.filter((m) => siblings[parentOf(m)] >= 2);
+    const blocks = all.filter((m) => !all.some((b) => m.startsWith(b + ".")));
+    if (!blocks.length) return new Set();
+    // beside the blocks, the other parts of the modules that hold them fold too (a BERT's
+    // embeddings and pooler): the first view is the model's outline
+    const spine = new Set([""]);
+    blocks.forEach((b) => ancestors(b).forEach((a) => { if (a !== b) spine.add(a); }));
+    const parts = modules.filter((m) => !spine.has(m) && spine.has(parentOf(m)) && (sizes[m] || 0) >= BLOCK_NODES);
+    return new Set([...blocks, ...parts]);
   }
 
   // expand `path` (and what encloses it); if the view would pass MAX_DRAW, collapse the
@@ -103,7 +133,9 @@
     });
     for (const m of modules) {
       if (collapsed.has(m)) {
-        const label = `${m} ▸ ${counts[m] || 0}`;
+        const parent = modules.filter((p) => m.startsWith(p + ".") && !collapsed.has(p)).sort((a, b) => b.length - a.length)[0];
+        const name = parent ? m.slice(parent.length + 1) : m;  // the enclosing box's title has the rest
+        const label = `${name}${graph.modules[m] ? " · " + graph.modules[m] : ""} ▸ ${counts[m] || 0}`;
         G.setNode("c:" + m, {kind: "group", path: m, label, width: textWidth(label), height: 30});
       } else {
         G.setNode("m:" + m, {kind: "cluster", path: m, label: `${m} ${graph.modules[m] ? "(" + graph.modules[m] + ")" : ""}`});
@@ -192,12 +224,14 @@
     if (!state.zoom) fit(false); else applyZoom();
   }
 
-  // whole: the whole graph in view; else as wide as the view, readable, from the top
+  // whole: the whole graph in view, however small. Else the first view: the whole graph
+  // when it fits at a zoom where labels stay legible (READABLE), otherwise that zoom from
+  // the top, centred: the reader pans down a graph taller than the page.
   function fit(whole) {
     const box = svg.getBoundingClientRect();
     const across = box.width / state.size.w, all = Math.min(across, box.height / state.size.h);
-    const k = Math.min(1.2, whole ? Math.max(0.02, all) : Math.max(0.45, across));
-    state.zoom = {k, x: Math.max(0, (box.width - state.size.w * k) / 2), y: 10};
+    const k = Math.min(1.2, whole ? Math.max(0.02, all) : Math.max(READABLE, all));
+    state.zoom = {k, x: (box.width - state.size.w * k) / 2, y: 10};
     applyZoom();
   }
 
