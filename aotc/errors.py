@@ -102,3 +102,13 @@ class DistributedError(AotcError):
 class RangeNarrowedWarning(UserWarning):
     """A dynamic dim exported over less than was declared: torch.export proved its graph
     only for the narrower range, which the bundle records (metadata.json keeps both)."""
+
+
+class SignatureError(BundleError):
+    """A bundle that must be signed (public keys are configured) is unsigned, signed by
+    another key, or differs from what was signed; nothing from it is loaded."""
+
+
+class UnsignedNativeCodeWarning(UserWarning):
+    """Compiled native code loaded with no public keys configured: trusted because the
+    bundle's own hashes match, which whoever can write the bundle can recompute."""

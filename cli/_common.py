@@ -11,6 +11,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -80,11 +81,17 @@ def quiet_libraries(debug: bool):
         return
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=LIBRARIES)
+        warnings.showwarning = _note
         logging.disable(logging.WARNING)  # torch sets its loggers' levels when imported; this holds whatever the order
         try:
             yield
         finally:
             logging.disable(logging.NOTSET)
+
+
+def _note(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning that gets through, as one line: aotc's own say what to do in their words."""
+    click.echo(f"note: {message}", err=True)
 
 
 def handles_errors(fn: Callable) -> Callable:
@@ -167,6 +174,11 @@ class Phases:
 
 
 # Tensor classes a bundle may make aotc import (besides torch's and torchao's own).
+public_key_option = click.option(
+    "--public-key", "public_keys", multiple=True, type=click.Path(path_type=Path), metavar="PEM",
+    help="A publisher's public key (repeatable): the bundle must carry a signature by one of them over exactly "
+         "its files (aotc sign), else nothing from it is used [default: the keys AOTC_PUBLIC_KEYS lists].")
+
 trust_option = click.option(
     "--trust", "trusted", multiple=True, metavar="MODULE:CLASS",
     help="Trust this tensor subclass (repeatable): aotc imports its module to rebuild the bundle's tensors "

@@ -77,6 +77,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
     finally:
         phases.abort()
 
+    was_signed = (Path(bundle_path) / "model.sig").exists()
     graph_times: dict[str, float] = {}
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=out, transient=False) as progress:
@@ -95,6 +96,9 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
         options = CompileOptions(cache_dir=cache_dir, use_cache=not no_cache, freeze=freeze, on_graph=on_graph)
         bundle = compile_bundle(bundle_path, devices=devices, options=options)
     total = time.perf_counter() - started
+    if was_signed:
+        out.print("note: the bundle's signature (model.sig) covered its files before compiling, so it was removed: "
+                  "sign the bundle again with aotc sign.")
     from aotc.runtime.regional import RegionalBundle
 
     if isinstance(bundle, RegionalBundle):

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, human_size, json_option
+from aotc.cli._common import (
+    console,
+    debug_option,
+    emit_json,
+    handles_errors,
+    human_size,
+    json_option,
+    public_key_option,
+)
 
 # Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
 
@@ -179,10 +187,11 @@ def _render(info: dict, top_ops: int) -> None:
 @click.option("--graph", "graph_kind", metavar="KIND", help="Print that graph's readable code to stdout.")
 @click.option("--top", default=15, show_default=True, help="Operators listed per graph.")
 @click.option("--no-verify", is_flag=True, help="Skip checking sha256 of every file.")
+@public_key_option
 @json_option
 @debug_option
 @handles_errors
-def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
+def inspect_command(bundle, graph_kind, top, no_verify, public_keys, as_json, debug):
     """Show what BUNDLE holds: manifest, inputs, outputs, signatures, operators.
 
     Nothing in the bundle is loaded or run; every file's hash is checked first.
@@ -194,6 +203,7 @@ def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
       aotc inspect bundles/mlp --graph inference
     """
     from aotc.bundle.files import Bundle
+    from aotc.bundle.signing import signature_facts
     from aotc.bundle.summary import describe
     from aotc.runtime.regional import RegionalBundle, is_regional
 
@@ -202,17 +212,29 @@ def inspect_command(bundle, graph_kind, top, no_verify, as_json, debug):
         from aotc.cli.export import print_regions
 
         info = describe_regions(RegionalBundle.open(bundle))
+        info["signature"] = signature_facts(bundle, public_keys, any(g["compiled"] for g in info["groups"]))
         if as_json:
             emit_json(info)
         else:
             print_regions(console(), info)
+            _print_signature(info["signature"])
         return
     b = Bundle.open(bundle, verify_hashes=not no_verify)
     if graph_kind:
         click.echo(b.graph_code(graph_kind), nl=False)
         return
     info = describe(b)
+    info["signature"] = signature_facts(bundle, public_keys, any(f.kind == "compiled" for f in b.manifest.files))
     if as_json:
         emit_json(info)
     else:
         _render(info, top)
+        _print_signature(info["signature"])
+
+
+def _print_signature(facts: dict) -> None:
+    out = console()
+    style = {"signed": "green", "invalid": "red"}.get(facts["state"], "yellow")
+    out.print(f"signature: [{style}]{facts['description']}[/{style}]")
+    if facts["note"]:
+        out.print(facts["note"])

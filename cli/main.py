@@ -14,6 +14,7 @@ from aotc.cli.export import export_command
 from aotc.cli.inspect import inspect_command
 from aotc.cli.report import report_command
 from aotc.cli.run import run_command
+from aotc.cli.sign import sign_command
 from aotc.cli.verify import verify_command
 
 
@@ -31,6 +32,7 @@ def cli():
     aotc bench bundles/mlp                               time it against eager and torch.compile
     aotc report bundles/mlp -o mlp.html                  one HTML page: graphs, tables, results
     aotc diff release/mlp bundles/mlp                    what changed since the last release
+    aotc sign bundles/mlp --key key.pem                  sign every file; load with the public key
     """
 
 
@@ -42,6 +44,7 @@ cli.add_command(verify_command)
 cli.add_command(bench_command)
 cli.add_command(report_command)
 cli.add_command(diff_command)
+cli.add_command(sign_command)
 
 
 def main() -> None:

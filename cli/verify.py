@@ -12,6 +12,7 @@ from aotc.cli._common import (
     emit_json,
     handles_errors,
     json_option,
+    public_key_option,
     record_results,
     step_progress,
     trust_option,
@@ -35,11 +36,12 @@ from aotc.cli._common import (
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
 @click.option("--record", is_flag=True, help="Keep the results in the bundle (records/verify.json) for aotc report.")
 @trust_option
+@public_key_option
 @json_option
 @debug_option
 @handles_errors
-def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, record, trusted, as_json,
-                   debug):
+def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, record, trusted, public_keys,
+                   as_json, debug):
     """Run every artifact of BUNDLE (fx, aoti per device, onnx) and compare with eager.
 
     Integrity comes first: every file's hash, archive members, headers and metadata.
@@ -53,6 +55,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
       aotc verify bundles/cnn --model sample_models/cnn.py
       aotc verify bundles/mlp-joint --atol 1e-5 --rtol 1e-4 --json --junit report.xml
       aotc verify downloaded-bundle --no-run
+      aotc verify downloaded-bundle --public-key publisher.pub
     """
     from aotc.tools.verify import junit_xml, verify
 
@@ -64,13 +67,15 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
             progress.update(task, description=f"running {label}", completed=done, total=total)
 
         report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples, run=not no_run,
-                        checkpoint=checkpoint, trusted_subclasses=trusted, on_artifact=on_artifact)
+                        checkpoint=checkpoint, trusted_subclasses=trusted, on_artifact=on_artifact,
+                        public_keys=public_keys)
     if junit_path:
         junit_path.write_text(junit_xml(report))
     result = {
         "bundle": report.bundle,
         "ok": report.ok,
         "integrity": report.integrity,
+        "signature": report.signature,
         "skipped": report.skipped,
         "checks": [c.__dict__ for c in report.checks],
     }
@@ -87,7 +92,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
         for c in report.checks:
             result = "[green]pass[/]" if c.passed else f"[red]FAIL[/] {c.note}".strip()
             table.add_row(c.artifact, c.name, f"{c.max_abs:.2e}", f"{c.max_rel:.2e}", f"{c.rtol:g}, {c.atol:g}", result)
-        out.print(f"integrity: {len(report.integrity)} files checked")
+        out.print(f"integrity: {len(report.integrity)} files checked; signature: {report.signature}")
         if report.checks:
             out.print(table)
         for note in report.skipped:

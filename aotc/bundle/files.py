@@ -49,6 +49,7 @@ MANIFEST = "manifest.json"
 SIGNATURE = "signature.json"
 METADATA = "metadata.json"
 WEIGHTS = "weights.safetensors"
+SIGNATURE_FILE = "model.sig"  # the publisher's signature over every other file (aotc.bundle.signing); not listed
 
 
 def sha256_file(path: Path) -> str:
@@ -168,10 +169,11 @@ def update_bundle(bundle: "Bundle", add, replaced: set[str]) -> "Bundle":
 
     A staging copy (hard links, so no data is copied) gets `add(writer)`, which writes
     and records its files through the BundleWriter, and a new manifest; then it replaces
-    the bundle. Entries in `replaced` are dropped first.
+    the bundle. Entries in `replaced` are dropped first, and so is a signature (model.sig).
     """
     with staging_dir(bundle.path, force=True) as root:
         shutil.copytree(bundle.path, root, copy_function=os.link, dirs_exist_ok=True)
+        (root / SIGNATURE_FILE).unlink(missing_ok=True)  # it covers the old files only: sign again
         writer = BundleWriter(root, bundle.manifest.files)
         for rel in replaced:
             writer.remove(rel)
@@ -344,7 +346,7 @@ def _check_listing(root: Path, manifest: Manifest) -> None:
             mode = os.lstat(full).st_mode
             if stat.S_ISLNK(mode):
                 raise BundleError(f"Bundle '{root}': '{rel}' is a symbolic link; a bundle holds plain files only.")
-            if name in filenames and rel != MANIFEST:
+            if name in filenames and rel not in (MANIFEST, SIGNATURE_FILE):  # model.sig: aotc.bundle.signing
                 if not stat.S_ISREG(mode):
                     raise BundleError(f"Bundle '{root}': '{rel}' is not a regular file.")
                 if rel not in listed:

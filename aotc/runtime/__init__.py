@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aotc.bundle.files import Bundle
+from aotc.bundle.signing import require_signature, tell_native_code_trusted
 from aotc.contract.subclasses import check_trust
 from aotc.devices import resolve_device
 from aotc.errors import AotcError, BundleError, ModeError
@@ -13,7 +14,8 @@ MODES = ("eval", "train")
 BACKENDS = ("auto", "fx", "aoti", "onnx")  # kept for importers; load() takes formats.backends(), the registry's
 
 
-def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_subclasses=()) -> LoadedModule:
+def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_subclasses=(),
+         public_keys=None) -> LoadedModule:
     """Load the bundle at `path` as an nn.Module that behaves like the eager model.
 
     `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
@@ -22,9 +24,12 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     (onnxruntime), or "auto": aoti when the bundle has artifacts for the device, else fx.
     `trusted_subclasses`: tensor classes (`"module:Class"` or the class) the bundle may
     make aotc import, besides torch's and torchao's own (see aotc.contract.subclasses).
+    `public_keys`: PEM files of the publishers whose signature the bundle must carry (else
+    AOTC_PUBLIC_KEYS; see aotc.bundle.signing); checked before anything else is read.
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
+    signed = require_signature(path, public_keys)
     bundle = Bundle.open(path)
     check_mode(bundle, mode)
 
@@ -36,6 +41,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     if backend == "auto":
         # the compiled artifact for this device when the bundle has one, else the fx graphs
         backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
+    if backend == "aoti" and signed is None:
+        tell_native_code_trusted(bundle.path)
     graphs = {kind: formats.get(backend).load_graph(bundle, kind, device) for kind in bundle.graph_kinds}
     try:
         return LoadedModule(bundle, graphs, device, mode, backend, trusted_subclasses)

@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 
 from aotc.bundle.archives import load_safetensors, read_json_file
-from aotc.bundle.files import Bundle, check_rel_path, manifest_checksum, sha256_file
+from aotc.bundle.files import SIGNATURE_FILE, Bundle, check_rel_path, manifest_checksum, sha256_file
 from aotc.bundle.regions_schema import RegionsManifest, TensorSpec
 from aotc.bundle.schema import FileEntry, from_json, to_json
+from aotc.bundle.signing import require_signature, tell_native_code_trusted
 from aotc.contract.subclasses import check_trust
 from aotc.devices import resolve_device
 from aotc.errors import BundleError, RegionError
@@ -70,6 +71,7 @@ def update_groups(path: str | Path, update) -> RegionalBundle:
     the groups' new manifests in regions.json (written to a temporary file and renamed
     over it, so a reader sees the old or the new one)."""
     rb = RegionalBundle.open(path)
+    (rb.path / SIGNATURE_FILE).unlink(missing_ok=True)  # it would not cover the new files: sign again
     for group in rb.manifest.groups:
         update(rb.path / group.path)
     rel = {f"{g.path}/manifest.json" for g in rb.manifest.groups}
@@ -120,7 +122,7 @@ class RegionalBundle:
                 rel = f"{rel_dir}/{name}" if rel_dir != "." else name
                 if stat.S_ISLNK(os.lstat(Path(dirpath) / name).st_mode):
                     raise BundleError(f"Bundle '{root}': '{rel}' is a symbolic link.")
-                if name in filenames and rel not in (REGIONS, *listed):
+                if name in filenames and rel not in (REGIONS, SIGNATURE_FILE, *listed):
                     raise BundleError(f"Bundle '{root}': '{rel}' is not listed in {REGIONS}.")
                 if name in dirnames and rel not in group_dirs and not any(d.startswith(rel + "/") for d in group_dirs):
                     raise BundleError(f"Bundle '{root}': folder '{rel}' is not a group of {REGIONS}.")
@@ -141,11 +143,13 @@ class RegionalBundle:
 
 
 def apply(path: str | Path, model: torch.nn.Module, *, backend: str = "auto", device=None, mode: str | None = None,
-          trusted_subclasses=()) -> torch.nn.Module:
+          trusted_subclasses=(), public_keys=None) -> torch.nn.Module:
     """Swap each region of `model` for a module running its group's graphs (with that
     region's weights from the bundle) and return `model`. Every region is checked
-    against the model's submodule first: its class and weight names and shapes."""
+    against the model's submodule first: its class and weight names and shapes.
+    `public_keys`: as for aotc.load (one signature covers the regional bundle's every file)."""
 
+    signed = require_signature(path, public_keys)
     rb = RegionalBundle.open(path)
     mode = mode or ("train" if model.training else "eval")
     device = resolve_device(device)
@@ -173,6 +177,8 @@ def apply(path: str | Path, model: torch.nn.Module, *, backend: str = "auto", de
         chosen = backend
         if chosen == "auto":
             chosen = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
+        if chosen == "aoti" and signed is None:
+            tell_native_code_trusted(rb.path)
         graphs[name] = (chosen, {k: formats.get(chosen).load_graph(bundle, k, device) for k in bundle.graph_kinds})
     for r in rb.manifest.regions:
         bundle = rb.groups[r.group]

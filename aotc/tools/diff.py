@@ -37,6 +37,7 @@ from typing import Any
 
 from aotc.bundle.files import Bundle
 from aotc.bundle.schema import Slot, TensorMeta, to_json
+from aotc.bundle.signing import signature_summary
 from aotc.bundle.summary import describe
 from aotc.errors import BundleError
 from aotc.runtime.regional import is_regional
@@ -66,7 +67,7 @@ def diff_bundles(old: str | Path, new: str | Path, run: bool = False, trusted_su
     """
     a, b = _open(old, "old"), _open(new, "new")
     changes = signature_changes(a, b) + op_changes(a, b) + weight_changes(a, b) + file_changes(a, b)
-    changes += build_changes(a, b)
+    changes += build_changes(a, b) + signing_changes(a, b)
     skipped: list[str] = []
     if run:
         found, skipped = output_changes(a, b, trusted_subclasses)
@@ -85,6 +86,13 @@ def _open(path: str | Path, side: str) -> Bundle:
         return Bundle.open(path)  # every hash checked: a damaged bundle is not reported as "changed"
     except BundleError as e:
         raise BundleError(f"cannot read the {side} bundle: {e}") from e
+
+
+def signing_changes(old: Bundle, new: Bundle) -> list[Change]:
+    """A signature (model.sig) added or removed, or one by another key or over other files;
+    `key` is the signing key's public-key hash, as the signature names it."""
+    before, after = signature_summary(old.path), signature_summary(new.path)
+    return keyed("signing", {"model.sig": before} if before else {}, {"model.sig": after} if after else {})
 
 
 # ------------------------------------------------------------------------------- signature

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-ChangeKind = Literal["signature", "ops", "weights", "files", "build", "outputs"]
+ChangeKind = Literal["signature", "ops", "weights", "files", "build", "outputs", "signing"]
 KINDS: tuple[str, ...] = typing.get_args(ChangeKind)
 What = Literal["added", "removed", "changed"]
 # attribute -> value, e.g. {"role": "buffer", "shape": [8, "2..64"], "dtype": "float32"}

@@ -28,6 +28,7 @@ import aotc
 from aotc._torch_compat import pytree
 from aotc.bundle.archives import check_compiled_package, check_graph_archive, check_safetensors, load_safetensors
 from aotc.bundle.files import Bundle
+from aotc.bundle.signing import check_signature, require_signature, signed_root
 from aotc.contract.aliasing import StrideGuard, dense_strides, realias
 from aotc.contract.outputs import load_spec
 from aotc.errors import AotcError, BundleError, CaptureError
@@ -67,6 +68,7 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     integrity: list[str] = field(default_factory=list)  # files whose content was checked
     ran: bool = True
+    signature: str = ""  # the signature's status (aotc.bundle.signing.SignatureStatus.describe)
 
     @property
     def ok(self) -> bool:
@@ -120,19 +122,21 @@ def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
     return found, skipped
 
 
-def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
+def run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=(),
+                 public_keys=None) -> Tensors:
     """Run one artifact like `run_eager` runs the model; `given` supplies grad_outputs."""
     with torch.set_grad_enabled(torch.is_grad_enabled()):
-        return _run_artifact(bundle, backend, device, inputs, given, trusted)
+        return _run_artifact(bundle, backend, device, inputs, given, trusted, public_keys)
 
 
-def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=()) -> Tensors:
+def _run_artifact(bundle: Bundle, backend: str, device: str, inputs, given: Tensors, trusted=(),
+                  public_keys=None) -> Tensors:
 
     mode = _mode(bundle)
     # an inference graph captured in train mode (BatchNorm statistics) runs in train mode
     train = mode != "inference" or bundle.metadata.training
     module = aotc.load(bundle.path, backend=backend, device=device, mode="train" if train else "eval",
-                       trusted_subclasses=trusted)
+                       trusted_subclasses=trusted, public_keys=public_keys)
     names = [u.name for u in bundle.signature.user_inputs]
     args, kwargs = inputs
     return observe(module, args, kwargs, names, mode, grad_seed=0, given=given, device=device)
@@ -227,15 +231,18 @@ def _laid_out(t: torch.Tensor, meta) -> torch.Tensor:
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
            samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=(),
-           on_artifact=None) -> Report:
+           on_artifact=None, public_keys=None) -> Report:
     """Verify every artifact of the bundle at `path`; see the module docstring.
-    `trusted_subclasses`: as for aotc.load. `on_artifact(label, done, total)` is told
-    before each artifact runs (done = how many have), and once more when all have."""
+    `trusted_subclasses`, `public_keys`: as for aotc.load (with keys, a bundle they did not
+    sign is a SignatureError before anything else). `on_artifact(label, done, total)` is
+    told before each artifact runs (done = how many have), and once more when all have."""
 
+    signature = _signature(path, public_keys)
     if is_regional(path):
-        return verify_regions(path, model, rtol, atol, run, checkpoint, trusted_subclasses)
+        report = verify_regions(path, model, rtol, atol, run, checkpoint, trusted_subclasses, public_keys)
+        return dataclasses.replace(report, signature=signature)
     bundle = Bundle.open(path)  # hashes first: a tampered bundle fails before anything runs
-    report = Report(str(bundle.path), integrity=integrity(bundle), ran=run)
+    report = Report(str(bundle.path), integrity=integrity(bundle), ran=run, signature=signature)
     if not run:
         report.skipped.append("running the artifacts (integrity only)")
         return report
@@ -249,7 +256,7 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
     for done, (label, backend, device) in enumerate(found):
         if on_artifact:
             on_artifact(label, done, total)
-        actual = run_artifact(bundle, backend, device, inputs, golden, trusted_subclasses)
+        actual = run_artifact(bundle, backend, device, inputs, golden, trusted_subclasses, public_keys)
         report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
 
     if rebuilt:
@@ -262,7 +269,14 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
     return report
 
 
-def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkpoint=None, trusted=()) -> Report:
+def _signature(path, public_keys) -> str:
+    """The signature's status in words; with keys configured, a SignatureError unless one signed it."""
+    status = require_signature(path, public_keys) or check_signature(signed_root(path), [])
+    return status.describe()
+
+
+def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkpoint=None, trusted=(),
+                   public_keys=None) -> Report:
     """A regional bundle: every group's bundle as `verify` checks one (its references),
     then, given the model file, the whole model with the regions applied against eager
     on its example inputs, for each backend every group has."""
@@ -272,7 +286,7 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
     for name, bundle in rb.groups.items():
         report.integrity += [f"{rb.path.name}/groups/{name}/{f}" for f in integrity(bundle)]
         if run:
-            group = verify(bundle.path, rtol=rtol, atol=atol, trusted_subclasses=trusted)
+            group = verify(bundle.path, rtol=rtol, atol=atol, trusted_subclasses=trusted, public_keys=public_keys)
             report.checks += [dataclasses.replace(c, artifact=f"{name}/{c.artifact}") for c in group.checks]
             report.skipped += [f"{name}: {s}" for s in group.skipped if "random samples" not in s]
     if not run:
@@ -291,7 +305,7 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
     expected = run_eager(copy.deepcopy(spec.module).train(training), spec.args, spec.kwargs, names, mode)
     for backend in backends:
         regional = apply(rb.path, copy.deepcopy(spec.module).train(training), backend=backend,
-                         trusted_subclasses=trusted)
+                         trusted_subclasses=trusted, public_keys=public_keys)
         actual = observe(regional, spec.args, spec.kwargs, names, mode)
         report.checks += compare(f"model with regions ({backend})", expected, actual, {}, override)
     return report

@@ -1,0 +1,195 @@
+"""Signed bundles: every file of a bundle (of a regional bundle, every group's too) signed
+with the publisher's key, in the OpenSSF model-signing format (a Sigstore bundle holding
+an in-toto statement of every file's sha256, signed with an elliptic-curve key, P-256 or
+P-384). The signature is the bundle's `model.sig`, where `model_signing verify key` finds
+it too.
+
+The trust policy: public keys given to `aotc.load(public_keys=...)`, `aotc verify
+--public-key`, or listed in AOTC_PUBLIC_KEYS (paths separated by os.pathsep). With keys,
+a bundle is used only when one of them signed exactly its files: an unsigned bundle, a
+file added, removed or changed after signing, or another key's signature is a
+SignatureError, raised before any file of the bundle is parsed or loaded (the check reads
+bytes to hash them, nothing more). Without keys, bundles load as before, on the strength
+of their own manifest hashes, which whoever can write the bundle can recompute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from aotc.bundle.files import SIGNATURE_FILE
+from aotc.errors import BundleError, SignatureError, UnsignedNativeCodeWarning
+from aotc.optional_deps import require
+
+KEYS_ENV = "AOTC_PUBLIC_KEYS"
+
+
+@dataclass(frozen=True)
+class SignatureStatus:
+    """What a bundle's signature says, checked against the configured keys: state is
+    "signed" (by `key`), "unsigned", "invalid" (with `reason`), or "unchecked" (a
+    signature, but no key to check it with)."""
+
+    state: str
+    key: str | None = None
+    reason: str = ""
+
+    def describe(self) -> str:
+        return {"signed": f"signed, by {self.key}", "unsigned": "unsigned",
+                "unchecked": "signed (not checked: no public key given; --public-key or AOTC_PUBLIC_KEYS)",
+                "invalid": f"signature invalid: {self.reason}"}[self.state]
+
+
+def configured_keys(public_keys=None) -> list[Path]:
+    """The keys of the trust policy: those given, else those AOTC_PUBLIC_KEYS lists."""
+    if public_keys:
+        keys = [Path(k) for k in public_keys]
+    else:
+        keys = [Path(p) for p in os.environ.get(KEYS_ENV, "").split(os.pathsep) if p.strip()]
+    for key in keys:
+        if not key.is_file():
+            raise SignatureError(f"public key '{key}' not found; give the PEM file of the publisher's public key.")
+    return keys
+
+
+def _hashing():
+    hashing = require("model_signing.hashing", "sign", "Signing bundles")
+    return hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE], ignore_git_paths=False)
+
+
+def sign(path: str | Path, private_key: str | Path, password: str | None = None) -> dict:
+    """Sign every file of the bundle at `path` with `private_key` (a PEM elliptic-curve key);
+    writes `model.sig` in the bundle, replacing an earlier one. Sign a bundle that opens
+    (`aotc sign` opens it, hashes checked, first): the signature vouches for what it covers."""
+    root = Path(path)
+    if not (root / "manifest.json").is_file() and not (root / "regions.json").is_file():
+        raise BundleError(f"'{root}' is not a bundle: it has no manifest.json (or regions.json).")
+    signing = require("model_signing.signing", "sign", "Signing bundles")
+    started = time.perf_counter()
+    staged = root.parent / f".{root.name}.{SIGNATURE_FILE}.tmp"
+    try:
+        signing.Config().use_elliptic_key_signer(private_key=private_key, password=password) \
+            .set_hashing_config(_hashing()).sign(root, staged)
+    except (ValueError, TypeError, OSError) as e:
+        staged.unlink(missing_ok=True)
+        raise SignatureError(f"could not sign '{root}' with '{private_key}': {e}") from e
+    os.replace(staged, root / SIGNATURE_FILE)  # the old signature, or none, until the new one is whole
+    files = [p for p in root.rglob("*") if p.is_file() and p.name != SIGNATURE_FILE]
+    return {"bundle": str(root), "signature": str(root / SIGNATURE_FILE), "files": len(files),
+            "bytes": sum(p.stat().st_size for p in files), "seconds": round(time.perf_counter() - started, 3)}
+
+
+def check_signature(path: str | Path, keys: list[Path]) -> SignatureStatus:
+    """The bundle's signature against `keys` (see SignatureStatus)."""
+    root = Path(path)
+    signature = root / SIGNATURE_FILE
+    if not signature.is_file():
+        return SignatureStatus("unsigned")
+    if not keys:
+        return SignatureStatus("unchecked")
+    verifying = require("model_signing.verifying", "sign", "Checking signed bundles")
+    for key in keys:
+        try:
+            verifying.Config().use_elliptic_key_verifier(public_key=key).set_hashing_config(_hashing()) \
+                .verify(root, signature)
+            return SignatureStatus("signed", key=str(key))
+        except ValueError as e:
+            message = " ".join(str(e).split())
+            if message.startswith("Key mismatch"):
+                continue  # signed, but not with this key: try the next one
+            return SignatureStatus("invalid", key=str(key), reason=_reason(message))
+        except Exception as e:  # a signature file that does not parse, or whose envelope was edited
+            return SignatureStatus("invalid", reason=f"{SIGNATURE_FILE} is not a valid signature "
+                                                     f"({type(e).__name__}: {' '.join(str(e).split())[:200]})")
+    names = ", ".join(str(k) for k in keys)
+    return SignatureStatus("invalid", reason=f"signed with a key that is not among the configured ones ({names})")
+
+
+def _reason(message: str) -> str:
+    """model-signing's words for what differs (a list of messages with digests), as aotc
+    says it: which files changed, were added or were removed since signing."""
+    changed = re.findall(r"Hash mismatch for \\?'([^'\\]+)\\?'", message)
+    added = re.findall(r"Extra files found in model \\?'[^']*\\?': ([^\"'\]]+)", message)
+    removed = re.findall(r"Missing files in model \\?'[^']*\\?': ([^\"'\]]+)", message)
+    parts = [f"{what} since signing: {', '.join(names)}" for what, names in (
+        ("files changed", changed), ("files added", added), ("files removed", removed)) if names]
+    return "; ".join(parts) if parts else message
+
+
+def signed_root(path: str | Path) -> Path:
+    """The directory whose signature covers `path`: a group of a regional bundle
+    (REGIONAL/groups/NAME) is signed as part of the regional bundle."""
+    root = Path(path)
+    regional = root.parent.parent
+    if not (root / SIGNATURE_FILE).exists() and root.parent.name == "groups" and (regional / "regions.json").is_file():
+        return regional
+    return root
+
+
+def require_signature(path: str | Path, public_keys=None) -> SignatureStatus | None:
+    """With keys configured (given, or AOTC_PUBLIC_KEYS), the bundle's status when one of
+    them signed it, else SignatureError; None when no keys are configured."""
+    keys = configured_keys(public_keys)
+    if not keys:
+        return None
+    path = signed_root(path)
+    status = check_signature(path, keys)
+    if status.state == "unsigned":
+        raise SignatureError(
+            f"Bundle '{path}' is unsigned, and public keys are configured: only a bundle one of them signed is "
+            "used. Sign it with aotc sign, or use it without keys."
+        )
+    if status.state != "signed":
+        raise SignatureError(f"Bundle '{path}': {status.reason}. Nothing from it was loaded.")
+    return status
+
+
+_told = False
+
+
+def tell_native_code_trusted(path: str | Path) -> None:
+    """Say once per process that compiled native code was loaded on the strength of the
+    bundle's own hashes (no keys configured)."""
+    global _told
+    if not _told:
+        _told = True
+        warnings.warn(
+            f"loading compiled native code from '{path}' with no public keys configured: it is trusted because "
+            "the bundle's own hashes match, which whoever can write the bundle can recompute. Sign bundles with "
+            f"aotc sign and load them with public_keys=[...] (or {KEYS_ENV}) to require a signature.",
+            UnsignedNativeCodeWarning, stacklevel=3)
+
+
+def signature_facts(path: str | Path, public_keys=None, native_code: bool = False) -> dict:
+    """What `aotc inspect` shows: the signature's status against the configured keys, and
+    for a bundle with compiled native code and no key to check it, what that code is
+    trusted on."""
+    status = check_signature(signed_root(path), configured_keys(public_keys))
+    note = ""
+    if native_code and status.state in ("unsigned", "unchecked"):
+        note = ("compiled native code in this bundle is trusted because the bundle's own hashes match, which "
+                "whoever can write the bundle can recompute; sign it (aotc sign) and give --public-key to check.")
+    return {"state": status.state, "key": status.key, "reason": status.reason, "description": status.describe(),
+            "note": note}
+
+
+def signature_summary(path: str | Path) -> dict | None:
+    """What `aotc diff` compares of a bundle's signature, read as JSON (nothing verified):
+    the signing key's hint (the sha256 of its public key) and the signature file's sha256;
+    None when unsigned."""
+    signature = Path(path) / SIGNATURE_FILE
+    if not signature.is_file():
+        return None
+    raw = signature.read_bytes()
+    try:
+        hint = json.loads(raw)["verificationMaterial"]["publicKey"]["hint"]
+    except (ValueError, KeyError, TypeError):
+        hint = "unreadable"
+    return {"key": hint[:16], "sha256": hashlib.sha256(raw).hexdigest()[:16]}
