@@ -173,12 +173,13 @@ class Phases:
         self._current = None
 
 
-# Tensor classes a bundle may make aotc import (besides torch's and torchao's own).
+# The publishers whose signature a bundle must carry (aotc.bundle.signing).
 public_key_option = click.option(
     "--public-key", "public_keys", multiple=True, type=click.Path(path_type=Path), metavar="PEM",
     help="A publisher's public key (repeatable): the bundle must carry a signature by one of them over exactly "
          "its files (aotc sign), else nothing from it is used [default: the keys AOTC_PUBLIC_KEYS lists].")
 
+# Tensor classes a bundle may make aotc import (besides torch's and torchao's own).
 trust_option = click.option(
     "--trust", "trusted", multiple=True, metavar="MODULE:CLASS",
     help="Trust this tensor subclass (repeatable): aotc imports its module to rebuild the bundle's tensors "

@@ -12,7 +12,8 @@ baselines run torch.optim's with the same hyperparameters). The variants:
   aotc code per call: the floor the wrapper stack is measured against (training: the
   forward and backward packages and a foreach SGD update, no buffer updates);
 - `eager` and `torch.compile` (cold, then warm inductor cache) on the model the user
-  names with `model`; for inference also `torch.compile freezing` (inductor's freezing,
+  names with `model` (a bundle exported from a Hugging Face folder rebuilds it from its
+  own hf/config.json and weights, aotc.tools.rebuild); for inference also `torch.compile freezing` (inductor's freezing,
   the baseline for a bundle compiled with `aotc compile --freeze`);
 - `aot_compile`: torch.compile's own ahead-of-time artifact
   (`torch.compile(model.forward, fullgraph=True).aot_compile(...)`, then
