@@ -14,7 +14,7 @@ The tree, in layers; imports go one way, down (tests/test_architecture.py checks
 
     foundation    errors, _torch_compat (every private torch import), devices, optional_deps
     bundle/       the bundle format: files (Bundle), schema, check, content_check, archives,
-                  atomic, fingerprint, records, summary
+                  atomic, fingerprint, records, summary, signing (model.sig)
     contract/     what eager did that a bundle replays: aliasing, ambient, outputs,
                   optimizers, subclasses, randomness
     sources/      where a model comes from: model_file, hf_folder, checkpoint

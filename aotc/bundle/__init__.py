@@ -10,6 +10,7 @@ and sha256; `Bundle.open` checks all of it and runs nothing.
     archives        what the binary files may hold, checked before any library reads them
     atomic          directories replaced atomically; fingerprint: what an artifact was built for
     records, summary  verify/bench results kept in a bundle; what a bundle holds, as plain data
+    signing         the publisher's signature over every file (model.sig), and the trust policy
 """
 
 from __future__ import annotations
