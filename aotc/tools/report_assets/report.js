@@ -62,7 +62,7 @@
     return best;
   }
 
-  // the outermost modules named by an index (`layer.3`) among at least one sibling so named,
+  // the outermost modules named by an index (`layer.3`) with at least one sibling so named,
   // each made of modules of its own: a Linear of a Sequential is no block
   function repeatedBlocks(graph, modules) {
     const sizes = {};
