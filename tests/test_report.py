@@ -290,8 +290,9 @@ const boxes = [...document.querySelectorAll('#graph g.node, #graph g.group-node'
   return {height: r.height, label: t.height,
           inside: r.left >= canvas.left && r.right <= canvas.right && r.top >= canvas.top && r.bottom <= canvas.bottom};
 });
-return {boxes, ms: +document.body.dataset.layoutMs,
-        groups: [...document.querySelectorAll('#graph g.group-node')].map(g => g.dataset.path)};
+const groups = [...document.querySelectorAll('#graph g.group-node')];
+return {boxes, ms: +document.body.dataset.layoutMs, groups: groups.map(g => g.dataset.path),
+        tops: Object.fromEntries(groups.map(g => [g.dataset.path, g.querySelector('rect').getBoundingClientRect().top]))};
 """
 
 
@@ -320,6 +321,11 @@ def test_a_real_model_opens_as_its_outline(browser, tmp_path):
     for index, kind in enumerate(bert.graph_kinds):
         view = _first_view(browser, index)
         assert layers <= set(view["groups"]) and len(view["boxes"]) <= 60, kind  # of 800+ nodes
+        # the layers read in the order data flows: 0 to 11 down the forward graph, 11 to 0 down
+        # the backward (autograd's own ops, such as the sums of a gradient's parts, sit in them)
+        tops = [view["tops"][f"bert.encoder.layer.{i}"] for i in range(12)]
+        steps = [b - a if kind == "forward" else a - b for a, b in zip(tops, tops[1:])]
+        assert min(steps) >= 20, (kind, tops)  # each layer a row below the one before it
         browser.save_screenshot(str(SHOTS / f"bert12-{kind}.png"))
     before = _drawn(browser)
     inside = browser.execute_script(

@@ -13,6 +13,7 @@ from aotc.bundle.files import Bundle
 
 # inputs whose slot targets a parameter or buffer are drawn inside that module's box
 _STATE_ROLES = {"parameter", "buffer"}
+GRADIENT_SUM = "aten.add.Tensor"  # how autograd adds up the gradients of a value used more than once
 
 
 @dataclass
@@ -82,6 +83,7 @@ def graph_view(bundle: Bundle, kind: str, saved_in: dict[str, str] | None = None
                 nodes[-1].module = nodes[index[value]].module
         if slot.role == "gradient" and slot.target and "." in slot.target:
             nodes[-1].module = slot.target.rpartition(".")[0]
+    _place_autograd_ops(nodes, edges)
     return GraphView(kind, nodes, edges, _with_enclosing(modules, nodes))
 
 
@@ -131,6 +133,86 @@ def _op_node(node, kind: str, modules: dict[str, str]) -> GraphNode:
     return view
 
 
+def _place_autograd_ops(nodes: list[GraphNode], edges: list[tuple[int, int]]) -> None:
+    """Ops that autograd adds to a backward graph (a gradient summed over a value's uses, a
+    view of a gradient) carry the module stack of whatever op was traced before them (a
+    BERT's classifier) or none, so a folded layer would lose them and every layer would
+    hang off one box. A run of gradient sums (autograd's own op) with one recorded module
+    is misplaced when no value around it lies in that module and the module lies outside
+    the one holding them all; then a run of backward ops recorded in no module,
+    when every value around it lies in one (the model's own code, such as a loss, keeps its
+    ops). Each op of a misplaced run goes to the innermost module holding the placed values
+    it reads (the gradients it sums come from there), else its other placed neighbours."""
+    near: dict[int, list[int]] = {}
+    reads: dict[int, list[int]] = {}
+    for a, b in edges:
+        near.setdefault(a, []).append(b)
+        near.setdefault(b, []).append(a)
+        reads.setdefault(b, []).append(a)
+    backward = [i for i, n in enumerate(nodes) if n.kind == "op" and "backward" in n.marks]
+
+    def misplaced_runs(recorded: bool) -> set[int]:
+        found, seen = set(), set()
+        for start in backward:
+            own = nodes[start].module
+            if start in seen or bool(own) != recorded:
+                continue
+            run, todo = {start}, [start]  # backward ops of one recorded module, joined by edges
+            while todo:
+                for j in near.get(todo.pop(), []):
+                    if j not in run and nodes[j].module == own and "backward" in nodes[j].marks:
+                        run.add(j)
+                        todo.append(j)
+            seen |= run
+            around = [nodes[j].module for i in run for j in near.get(i, []) if j not in run]
+            if own:  # misplaced: sums only, nothing around them in their module, which lies outside theirs
+                if any(nodes[i].note != GRADIENT_SUM for i in run):
+                    continue
+                named = [m for m in around if m]
+                common = _common_module(named) if named else ""
+                if not common or _inside(own, common) or any(_inside(m, own) for m in named):
+                    continue
+            elif not around or _common_module(around) == "":  # the model's own code: a loss, say
+                continue
+            found |= run
+        return found
+
+    def place(unplaced: set[int]) -> None:
+        while unplaced:
+            placed = {}
+            for i in unplaced:
+                for side in (reads.get(i, []), near[i]):
+                    around = [nodes[j].module for j in side if j not in unplaced and nodes[j].module]
+                    if around:
+                        placed[i] = _common_module(around)
+                        break
+            if not placed:
+                return  # the rest touch only each other: they keep what torch recorded
+            for i, module in placed.items():
+                nodes[i].module, nodes[i].module_type = module, ""
+            unplaced -= placed.keys()
+
+    place(misplaced_runs(recorded=True))
+    place(misplaced_runs(recorded=False))  # what is around them is placed now
+
+
+def _inside(module: str, outer: str) -> bool:
+    """Whether `module` is `outer` or one of its submodules ('' = the model: all are)."""
+    return not outer or module == outer or module.startswith(outer + ".")
+
+
+def _common_module(paths: list[str]) -> str:
+    """The innermost module enclosing every one of `paths` ('' = the model)."""
+    common = paths[0].split(".")
+    for path in paths[1:]:
+        parts = path.split(".")
+        n = 0
+        while n < min(len(common), len(parts)) and common[n] == parts[n]:
+            n += 1
+        common = common[:n]
+    return ".".join(common)
+
+
 def _output_node(value, slot, out_meta: dict) -> GraphNode:
     view = GraphNode(f"out:{slot.name}", "output", slot.name, role=slot.role, slot=slot.name)
     if hasattr(value, "meta"):
@@ -146,17 +228,16 @@ def _output_node(value, slot, out_meta: dict) -> GraphNode:
 
 
 def _with_enclosing(modules: dict[str, str], nodes: list[GraphNode]) -> dict[str, str]:
-    """Every module box to draw, sorted: those ops named, those holding only parameters,
-    and every box enclosing one of them."""
-    modules.pop("", None)
+    """Every module box to draw, sorted, with its class name where an op's stack named it:
+    each module a node sits in, and every box enclosing one (an empty box is never drawn:
+    the layout engine cannot place one)."""
+    drawn = {}
     for view in nodes:
-        if view.module:
-            modules.setdefault(view.module, "")
-    for path in list(modules):
-        parts = path.split(".")
-        for i in range(1, len(parts)):
-            modules.setdefault(".".join(parts[:i]), "")
-    return dict(sorted(modules.items()))
+        parts = view.module.split(".") if view.module else []
+        for i in range(1, len(parts) + 1):
+            path = ".".join(parts[:i])
+            drawn[path] = modules.get(path, "")
+    return dict(sorted(drawn.items()))
 
 
 def _input_meta(signature, meta) -> dict:
