@@ -184,11 +184,12 @@ def rehash(path: Path, edit=None) -> None:
     manifest's checksum. What is left to catch the edit is aotc's validation."""
     from aotc.bundle import manifest_checksum, sha256_file
 
-    manifest = json.loads((path / "manifest.json").read_text())
+    name = "manifest.json" if (path / "manifest.json").is_file() else "regions.json"  # a regional bundle's
+    manifest = json.loads((path / name).read_text())
     if edit is not None:
         edit(manifest)
     for f in manifest["files"]:
         if (path / f["path"]).is_file():
             f["size"], f["sha256"] = (path / f["path"]).stat().st_size, sha256_file(path / f["path"])
     manifest["checksum"] = manifest_checksum(manifest)
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / name).write_text(json.dumps(manifest))

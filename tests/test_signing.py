@@ -210,3 +210,38 @@ def test_diff_reports_a_signature_added_removed_or_changed(signed, tmp_path):
         assert len(changes) == 1 and result.exit_code == 1, (old, new)
         assert changes[0]["what"] == what if what != "key" else changes[0]["old"]["key"] != changes[0]["new"]["key"]
     assert invoke("diff", path, _copy(path, tmp_path / "same")).exit_code == 0
+
+
+def test_a_regional_bundle_is_signed_whole(gpt_regions, compiled, tmp_path):
+    """One signature covers a regional bundle's regions.json and every group's files: apply
+    and a group loaded on its own accept it with the key; a compiled group's library
+    replaced (the group's manifest and regions.json re-hashed) is refused before it loads."""
+    import importlib.util
+
+    from conftest import SAMPLES
+
+    private, public = _key_pair(tmp_path, "a")
+    copy = _copy(gpt_regions, tmp_path / "regions")
+    result = invoke("sign", copy, "--key", private, "--json")
+    assert result.exit_code == 0, result.stderr
+    files = [p for p in copy.rglob("*") if p.is_file() and p.name != "model.sig"]
+    assert json.loads(result.stdout)["files"] == len(files) and any("groups" in p.parts for p in files)
+
+    spec = importlib.util.spec_from_file_location("gpt_blocks_signed", SAMPLES / "gpt_blocks.py")
+    sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sample)
+    eager = sample.build_model().eval()
+    model = aotc.apply(copy, sample.build_model().eval(), backend="aoti", public_keys=[public])
+    ids = sample.example_inputs()[0]
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), eager(ids), rtol=1e-4, atol=1e-5)
+    aotc.load(copy / "groups/g0", backend="fx", public_keys=[public])  # its regional bundle's signature
+
+    marker = _planted(copy / "groups/g0", tmp_path)
+    rehash(copy)  # regions.json re-hashed over the group's new manifest: the regional bundle opens
+    assert aotc.RegionalBundle.open(copy).groups["g0"].path == copy / "groups/g0"
+    with pytest.raises(SignatureError, match="files changed since signing: groups/g0/compiled/cpu/inference.pt2"):
+        aotc.apply(copy, sample.build_model().eval(), backend="aoti", public_keys=[public])
+    with pytest.raises(SignatureError, match="files changed since signing"):
+        aotc.load(copy / "groups/g0", backend="aoti", public_keys=[public])
+    assert not marker.exists()
