@@ -51,8 +51,21 @@ def record_results(bundle, name: str, data: dict, out) -> None:
     """Keep `data` in the bundle as its `name` record, for aotc report."""
     from aotc.bundle.records import RECORDS, write_record
 
+    signed = is_signed(bundle)
     write_record(bundle, name, data)
     out.print(f"recorded in {bundle}/{RECORDS[name]}")
+    note_signature_dropped(out, signed, "recording")
+
+
+def is_signed(bundle) -> bool:
+    return (Path(bundle) / "model.sig").is_file()
+
+
+def note_signature_dropped(out, was_signed: bool, what: str) -> None:
+    """A change to a signed bundle drops its signature (it covered the old files): say so."""
+    if was_signed:
+        out.print(f"note: the bundle's signature (model.sig) covered its files before {what}, so it was removed: "
+                  "sign the bundle again with aotc sign.")
 
 
 def debug_option(fn: Callable) -> Callable:
@@ -176,6 +189,7 @@ class Phases:
 # The publishers whose signature a bundle must carry (aotc.bundle.signing).
 public_key_option = click.option(
     "--public-key", "public_keys", multiple=True, type=click.Path(path_type=Path), metavar="PEM",
+    callback=lambda ctx, param, keys: keys or None,  # none given: the library reads AOTC_PUBLIC_KEYS
     help="A publisher's public key (repeatable): the bundle must carry a signature by one of them over exactly "
          "its files (aotc sign), else nothing from it is used [default: the keys AOTC_PUBLIC_KEYS lists].")
 

@@ -12,6 +12,7 @@ from aotc.cli._common import (
     emit_json,
     handles_errors,
     json_option,
+    public_key_option,
     record_results,
     step_progress,
     trust_option,
@@ -37,11 +38,12 @@ from aotc.cli._common import (
 @click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
 @click.option("--record", is_flag=True, help="Keep the results in the bundle (records/bench.json) for aotc report.")
 @trust_option
+@public_key_option
 @json_option
 @debug_option
 @handles_errors
 def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, repeats, train, record,
-                  trusted, as_json, debug):
+                  trusted, public_keys, as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
 
@@ -75,7 +77,7 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
 
         results = bench(bundle, backends=backends or None, baselines=chosen, iters=iters, warmup=warmup,
                         device=device, train=train, threads=threads, model=model, trusted_subclasses=trusted,
-                        repeats=repeats, on_variant=on_variant)
+                        repeats=repeats, on_variant=on_variant, public_keys=public_keys)
     data = {"bundle": str(bundle), "device": device, "train": train, "threads": threads, "repeats": repeats,
             "iters": iters, "results": results_json(results)}
     if record:

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import Phases, console, debug_option, emit_json, handles_errors, human_size, json_option
+from aotc.cli._common import (
+    Phases,
+    console,
+    debug_option,
+    emit_json,
+    handles_errors,
+    human_size,
+    is_signed,
+    json_option,
+    note_signature_dropped,
+)
 from aotc.cli.export import exports, graph_summary, print_graph_table, print_regions, run_export
 from aotc.cli.options import ExportOptions
 
@@ -60,6 +70,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
     out = console()
     started = time.perf_counter()
     phases = Phases(out)
+    was_signed = _is_bundle(target) and is_signed(target)  # --onnx and compiling drop it
     try:
         if _is_bundle(target):
             if export.output and Path(export.output).resolve() != Path(target).resolve():
@@ -77,7 +88,6 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
     finally:
         phases.abort()
 
-    was_signed = (Path(bundle_path) / "model.sig").exists()
     graph_times: dict[str, float] = {}
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=out, transient=False) as progress:
@@ -96,9 +106,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
         options = CompileOptions(cache_dir=cache_dir, use_cache=not no_cache, freeze=freeze, on_graph=on_graph)
         bundle = compile_bundle(bundle_path, devices=devices, options=options)
     total = time.perf_counter() - started
-    if was_signed:
-        out.print("note: the bundle's signature (model.sig) covered its files before compiling, so it was removed: "
-                  "sign the bundle again with aotc sign.")
+    note_signature_dropped(out, was_signed, "compiling")
     from aotc.runtime.regional import RegionalBundle
 
     if isinstance(bundle, RegionalBundle):

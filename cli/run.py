@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from aotc.cli._common import console, debug_option, emit_json, handles_errors, json_option, trust_option
+from aotc.cli._common import (
+    console,
+    debug_option,
+    emit_json,
+    handles_errors,
+    json_option,
+    public_key_option,
+    trust_option,
+)
 from aotc.cli.options import GenerateOptions, RunOptions, grouped
 
 # Commands import the library inside their bodies: `aotc --help` imports no torch (STYLE.md).
@@ -41,13 +49,14 @@ def _parse_ids(text: str) -> list[int]:
 @click.option("--top-k", type=click.IntRange(min=1), help="With --do-sample: keep the k most likely tokens.")
 @click.option("--top-p", type=click.FloatRange(0, 1), help="With --do-sample: keep the most likely tokens up to this probability.")
 @trust_option
+@public_key_option
 @json_option
 @debug_option
 @handles_errors
 @grouped(RunOptions, "run")
 @grouped(GenerateOptions, "gen")
-def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tuple[str, ...], as_json: bool,
-                debug: bool):
+def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tuple[str, ...], public_keys,
+                as_json: bool, debug: bool):
     """Load BUNDLE and call it once; print a summary of the outputs.
 
     Without --inputs, random inputs shaped like the example inputs are used. A joint
@@ -69,10 +78,10 @@ def run_command(bundle: Path, run: RunOptions, gen: GenerateOptions, trusted: tu
     if gen.prompt_ids is not None:
         result = run_generation(bundle, _parse_ids(gen.prompt_ids), gen.max_new_tokens, backend=run.backend,
                                 device=run.device, do_sample=gen.do_sample, temperature=gen.temperature,
-                                top_k=gen.top_k, top_p=gen.top_p, seed=run.seed)
+                                top_k=gen.top_k, top_p=gen.top_p, seed=run.seed, public_keys=public_keys)
     else:
         result = run_bundle(bundle, inputs=run.inputs_path, backend=run.backend, device=run.device, mode=run.mode,
-                            seed=run.seed, model=run.model, trusted=trusted)
+                            seed=run.seed, model=run.model, trusted=trusted, public_keys=public_keys)
     if run.output_path and result.tensors:
         import torch
         from safetensors.torch import save_file

@@ -180,7 +180,7 @@ def test_without_keys_compiled_code_is_trusted_on_the_bundles_hashes_and_says_so
         warnings.simplefilter("error", UnsignedNativeCodeWarning)
         aotc.load(path, backend="aoti")  # once per process
     shown = " ".join(invoke("inspect", path).stderr.split())
-    assert "signature: signed (not checked: no public key given" in shown
+    assert "signature: has a signature (model.sig), not checked: no public key given" in shown
     assert "compiled native code in this bundle is trusted because the bundle's own hashes match" in shown
 
 
@@ -245,3 +245,47 @@ def test_a_regional_bundle_is_signed_whole(gpt_regions, compiled, tmp_path):
     with pytest.raises(SignatureError, match="files changed since signing"):
         aotc.load(copy / "groups/g0", backend="aoti", public_keys=[public])
     assert not marker.exists()
+
+
+def test_keys_in_the_environment_leave_export_alone_and_apply_to_every_command(signed, tmp_path, monkeypatch):
+    """A production machine with AOTC_PUBLIC_KEYS set: export's own checks of the bundle it
+    writes (the replay, the small sizes of a dynamic dim) ask for no signature; every
+    command that loads a bundle asks for one, and an explicit empty list of keys asks for none."""
+    path, keys, model, x = signed
+    monkeypatch.setenv("AOTC_PUBLIC_KEYS", str(keys["a"][1]))
+    fresh = aotc.export(model, (x,), tmp_path / "fresh",
+                        dynamic_shapes={"input": {0: torch.export.Dim("batch", max=64)}}).path
+    with pytest.raises(SignatureError, match="is unsigned"):
+        aotc.load(fresh)
+    loaded = aotc.load(fresh, public_keys=[])
+    for batch in (x, x[:1]):  # a batch of 1 replayed at export too: the dim was not narrowed
+        torch.testing.assert_close(loaded(batch), model(batch))
+    for command in (["run", fresh], ["bench", fresh, "--baselines", "none", "--iters", "1", "--warmup", "0"]):
+        refused = invoke(*command)
+        assert refused.exit_code == 1 and "is unsigned, and public keys are configured" in refused.stderr, command
+    monkeypatch.delenv("AOTC_PUBLIC_KEYS")
+    for command in (["run", path], ["bench", path, "--baselines", "raw", "--iters", "1", "--warmup", "0"]):
+        ran = invoke(*command, "--public-key", keys["a"][1], "--json")
+        assert ran.exit_code == 0, (command, ran.stderr)
+    rows = {r["variant"]: r["error"] for r in json.loads(ran.stdout)["results"]}
+    assert rows == {"aotc fx": "", "aotc aoti/cpu": "", "aoti raw runner": ""}  # each process checked the key
+
+
+def test_keys_of_the_wrong_kind_are_refused_by_name(signed, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    path, keys, _, _ = signed
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private, public = tmp_path / "rsa.pem", tmp_path / "rsa.pub"
+    private.write_bytes(rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
+    public.write_bytes(rsa_key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+    result = invoke("sign", _copy(path, tmp_path / "b"), "--key", private)
+    assert result.exit_code == 1 and f"private key '{private}' is not an elliptic-curve key" in result.stderr
+    with pytest.raises(SignatureError, match=f"public key '{public}' is not an elliptic-curve key"):
+        aotc.load(path, public_keys=[keys["a"][1], public])
+    (tmp_path / "junk.pub").write_text("not a key")
+    with pytest.raises(SignatureError, match="is not a PEM public key"):
+        aotc.load(path, public_keys=tmp_path / "junk.pub")

@@ -29,13 +29,15 @@ from aotc.errors import BundleError, SignatureError, UnsignedNativeCodeWarning
 from aotc.optional_deps import require
 
 KEYS_ENV = "AOTC_PUBLIC_KEYS"
+MAX_SIGNATURE_BYTES = 1 << 20  # a model.sig is a few KiB; diff reads no more
+EC_CURVES = ("secp256r1", "secp384r1", "secp521r1")  # those model-signing signs with (P-256, P-384, P-521)
 
 
 @dataclass(frozen=True)
 class SignatureStatus:
     """What a bundle's signature says, checked against the configured keys: state is
     "signed" (by `key`), "unsigned", "invalid" (with `reason`), or "unchecked" (a
-    signature, but no key to check it with)."""
+    model.sig, but no key to check it with: it may not even be a signature)."""
 
     state: str
     key: str | None = None
@@ -43,25 +45,61 @@ class SignatureStatus:
 
     def describe(self) -> str:
         return {"signed": f"signed, by {self.key}", "unsigned": "unsigned",
-                "unchecked": "signed (not checked: no public key given; --public-key or AOTC_PUBLIC_KEYS)",
+                "unchecked": f"has a signature ({SIGNATURE_FILE}), not checked: no public key given "
+                             "(--public-key or AOTC_PUBLIC_KEYS)",
                 "invalid": f"signature invalid: {self.reason}"}[self.state]
 
 
 def configured_keys(public_keys=None) -> list[Path]:
-    """The keys of the trust policy: those given, else those AOTC_PUBLIC_KEYS lists."""
-    if public_keys:
-        keys = [Path(k) for k in public_keys]
-    else:
+    """The keys of the trust policy: those given (a path, or a list of them: an empty list
+    asks for no signature, whatever AOTC_PUBLIC_KEYS says), else those AOTC_PUBLIC_KEYS
+    lists. Each must be an elliptic-curve public key in PEM, else SignatureError."""
+    if public_keys is None:
         keys = [Path(p) for p in os.environ.get(KEYS_ENV, "").split(os.pathsep) if p.strip()]
+    elif isinstance(public_keys, (str, os.PathLike)):
+        keys = [Path(public_keys)]
+    else:
+        keys = [Path(k) for k in public_keys]
     for key in keys:
-        if not key.is_file():
-            raise SignatureError(f"public key '{key}' not found; give the PEM file of the publisher's public key.")
+        _check_public_key(key)
     return keys
 
 
-def _hashing():
-    hashing = require("model_signing.hashing", "sign", "Signing bundles")
+def _check_public_key(key: Path) -> None:
+    ec = require("cryptography.hazmat.primitives.asymmetric.ec", "sign", "Checking signed bundles")
+    load_pem_public_key = require("cryptography.hazmat.primitives.serialization", "sign",
+                                  "Checking signed bundles").load_pem_public_key
+    if not key.is_file():
+        raise SignatureError(f"public key '{key}' not found; give the PEM file of the publisher's public key.")
+    try:
+        loaded = load_pem_public_key(key.read_bytes())
+    except (ValueError, TypeError) as e:
+        raise SignatureError(f"public key '{key}' is not a PEM public key ({e}).") from e
+    if not isinstance(loaded, ec.EllipticCurvePublicKey) or loaded.curve.name not in EC_CURVES:
+        raise SignatureError(f"public key '{key}' is not an elliptic-curve key on {', '.join(EC_CURVES)}: "
+                             "aotc sign signs with those only.")
+
+
+def _hashing(purpose: str):
+    hashing = require("model_signing.hashing", "sign", purpose)
     return hashing.Config().set_ignored_paths(paths=[SIGNATURE_FILE], ignore_git_paths=False)
+
+
+def _check_private_key(key: Path, password: str | None) -> None:
+    ec = require("cryptography.hazmat.primitives.asymmetric.ec", "sign", "Signing bundles")
+    load_pem_private_key = require("cryptography.hazmat.primitives.serialization", "sign",
+                                   "Signing bundles").load_pem_private_key
+    if not key.is_file():
+        raise SignatureError(f"private key '{key}' not found; give the PEM file of your signing key.")
+    try:
+        loaded = load_pem_private_key(key.read_bytes(), password.encode() if password else None)
+    except (ValueError, TypeError) as e:  # not PEM, encrypted without a password, or a wrong one
+        raise SignatureError(f"could not read the private key '{key}': {e}. An encrypted key needs "
+                             "--password-env.") from e
+    if not isinstance(loaded, ec.EllipticCurvePrivateKey) or loaded.curve.name not in EC_CURVES:
+        raise SignatureError(f"private key '{key}' is not an elliptic-curve key on {', '.join(EC_CURVES)}, which "
+                             "the model-signing format takes; make one with: openssl ecparam -name prime256v1 "
+                             "-genkey -noout | openssl pkcs8 -topk8 -nocrypt -out key.pem")
 
 
 def sign(path: str | Path, private_key: str | Path, password: str | None = None) -> dict:
@@ -72,11 +110,14 @@ def sign(path: str | Path, private_key: str | Path, password: str | None = None)
     if not (root / "manifest.json").is_file() and not (root / "regions.json").is_file():
         raise BundleError(f"'{root}' is not a bundle: it has no manifest.json (or regions.json).")
     signing = require("model_signing.signing", "sign", "Signing bundles")
+    _check_private_key(Path(private_key), password)
     started = time.perf_counter()
     staged = root.parent / f".{root.name}.{SIGNATURE_FILE}.tmp"
     try:
-        signing.Config().use_elliptic_key_signer(private_key=private_key, password=password) \
-            .set_hashing_config(_hashing()).sign(root, staged)
+        # model-signing hands the password to cryptography, which takes bytes
+        signer = signing.Config().use_elliptic_key_signer(private_key=private_key,
+                                                          password=password.encode() if password else None)
+        signer.set_hashing_config(_hashing("Signing bundles")).sign(root, staged)
     except (ValueError, TypeError, OSError) as e:
         staged.unlink(missing_ok=True)
         raise SignatureError(f"could not sign '{root}' with '{private_key}': {e}") from e
@@ -95,19 +136,26 @@ def check_signature(path: str | Path, keys: list[Path]) -> SignatureStatus:
     if not keys:
         return SignatureStatus("unchecked")
     verifying = require("model_signing.verifying", "sign", "Checking signed bundles")
+    InvalidSignature = require("cryptography.exceptions", "sign", "Checking signed bundles").InvalidSignature
+    unverified = []  # why model.sig did not verify with keys its hint did not rule out
     for key in keys:
         try:
-            verifying.Config().use_elliptic_key_verifier(public_key=key).set_hashing_config(_hashing()) \
-                .verify(root, signature)
+            verifying.Config().use_elliptic_key_verifier(public_key=key) \
+                .set_hashing_config(_hashing("Checking signed bundles")).verify(root, signature)
             return SignatureStatus("signed", key=str(key))
         except ValueError as e:
             message = " ".join(str(e).split())
             if message.startswith("Key mismatch"):
                 continue  # signed, but not with this key: try the next one
-            return SignatureStatus("invalid", key=str(key), reason=_reason(message))
-        except Exception as e:  # a signature file that does not parse, or whose envelope was edited
-            return SignatureStatus("invalid", reason=f"{SIGNATURE_FILE} is not a valid signature "
-                                                     f"({type(e).__name__}: {' '.join(str(e).split())[:200]})")
+            if message.startswith("Signature mismatch"):  # this key signed it, and the files differ since
+                return SignatureStatus("invalid", key=str(key), reason=_reason(message))
+            unverified.append(f"{type(e).__name__}: {message[:200]}")
+        except InvalidSignature:  # an edited model.sig, or one with no key hint signed by another key
+            unverified.append(f"it does not verify with {key}")
+        except Exception as e:  # a signature file that does not parse
+            unverified.append(f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+    if unverified:
+        return SignatureStatus("invalid", reason=f"{SIGNATURE_FILE} is not a valid signature ({unverified[0]})")
     names = ", ".join(str(k) for k in keys)
     return SignatureStatus("invalid", reason=f"signed with a key that is not among the configured ones ({names})")
 
@@ -189,7 +237,8 @@ def signature_summary(path: str | Path) -> dict | None:
         return None
     raw = signature.read_bytes()
     try:
-        hint = json.loads(raw)["verificationMaterial"]["publicKey"]["hint"]
-    except (ValueError, KeyError, TypeError):
-        hint = "unreadable"
-    return {"key": hint[:16], "sha256": hashlib.sha256(raw).hexdigest()[:16]}
+        hint = json.loads(raw)["verificationMaterial"]["publicKey"]["hint"] if len(raw) < MAX_SIGNATURE_BYTES \
+            else None
+    except (ValueError, KeyError, TypeError, RecursionError):
+        hint = None
+    return {"key": hint[:16] if isinstance(hint, str) else "unreadable", "sha256": hashlib.sha256(raw).hexdigest()[:16]}

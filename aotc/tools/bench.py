@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from aotc.bundle.files import Bundle
+from aotc.bundle.signing import configured_keys, require_signature
 from aotc.errors import AotcError
 from aotc.runtime.regional import RegionalBundle, is_regional
 from aotc.sources.hf_folder import has_bundle_config
@@ -126,16 +127,19 @@ def _failed(variant: str, spec: dict, error: str) -> Result:
 
 def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: int = 10, device: str = "cpu",
           train: bool = False, threads: int = 1, on_variant=None, model: str | None = None,
-          trusted_subclasses=(), repeats: int = 1) -> list[Result]:
+          trusted_subclasses=(), repeats: int = 1, public_keys=None) -> list[Result]:
     """Benchmark every backend of the bundle (or `backends`) and the baselines; eager,
     torch.compile and aot_compile rebuild the model from `model` (a model file or
     pkg.mod:factory the caller names; a path recorded in the bundle is never imported).
     Each variant runs in `repeats` fresh processes (the cold-cache ones once: a second
-    run would find the cache warm)."""
+    run would find the cache warm). `public_keys`: as for aotc.load; checked before the
+    bundle is read, and again by each variant's process that loads it."""
 
+    require_signature(path, public_keys)
+    keys = [str(k) for k in configured_keys(public_keys)]  # the variants' processes ask for the same keys
     if is_regional(path):
         return _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
-                              trusted_subclasses, repeats)
+                              trusted_subclasses, repeats, keys)
     bundle = Bundle.open(path)
     found, _ = artifacts(bundle)
     available = [(label, backend) for label, backend, dev in found if dev == device or backend == "onnx"]
@@ -152,7 +156,7 @@ def bench(path, backends=None, baselines=BASELINES, iters: int = 100, warmup: in
     _need_model(baselines, model or has_bundle_config(bundle))
     spec = {"bundle": str(bundle.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": training, "threads": threads, "backend": None, "trusted": _names(trusted_subclasses),
-            "repeats": repeats}
+            "repeats": repeats, "public_keys": keys}
     joint = " joint" if "joint" in bundle.graph_kinds else ""  # a whole training step in one graph
     if bundle.metadata.optimizer is not None:  # ... optimizer included
         joint += f"+{bundle.metadata.optimizer.name}"
@@ -179,7 +183,7 @@ def _need_model(baselines, model) -> None:
 
 
 def _bench_regions(path, backends, baselines, iters, warmup, device, train, threads, on_variant, model,
-                   trusted_subclasses, repeats=1) -> list[Result]:
+                   trusted_subclasses, repeats=1, public_keys=()) -> list[Result]:
     """A regional bundle: the model file's model with the regions applied (fx; aoti when
     every group is compiled) on its example inputs, against the baselines."""
 
@@ -196,7 +200,7 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
         available = [b for b in available if b in backends]
     spec = {"bundle": str(rb.path), "source": model, "device": device, "iters": iters, "warmup": warmup,
             "train": train or rb.manifest.graph_kinds != ["inference"], "threads": threads, "backend": None,
-            "regional": True, "trusted": _names(trusted_subclasses), "repeats": repeats}
+            "regional": True, "trusted": _names(trusted_subclasses), "repeats": repeats, "public_keys": public_keys}
     return _run_variants(spec, [(f"aotc regions {b}", {"backend": b}) for b in available], baselines, on_variant)
 
 

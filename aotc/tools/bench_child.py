@@ -88,10 +88,12 @@ def _model_step(spec: dict, device):
             from aotc.sources.model_file import load_model
 
             model = aotc.apply(spec["bundle"], load_model(spec["source"]).module.to(device).train(train),
-                               backend=spec["backend"], device=device, trusted_subclasses=spec["trusted"])
+                               backend=spec["backend"], device=device, trusted_subclasses=spec["trusted"],
+                               public_keys=spec["public_keys"])
         else:
             model = aotc.load(spec["bundle"], backend=spec["backend"], device=device,
-                              mode="train" if train else "eval", trusted_subclasses=spec["trusted"])
+                              mode="train" if train else "eval", trusted_subclasses=spec["trusted"],
+                              public_keys=spec["public_keys"])
             joint = "joint" in model._programs
         call = model
         if train and not joint and spec["source"]:

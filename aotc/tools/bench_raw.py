@@ -15,6 +15,7 @@ import torch
 
 from aotc._torch_compat import aoti_package_loader
 from aotc.bundle.files import Bundle
+from aotc.bundle.signing import require_signature
 from aotc.exporters import formats
 from aotc.exporters.graph_inputs import example_graph_inputs
 from aotc.runtime.autograd_fn import TrainingGraphs
@@ -25,6 +26,7 @@ RAW = "aoti raw runner"  # the variant's name in bench's tables
 def raw_step(spec: dict, device):
     """The compiled packages called bare on flat tensors gathered once; returns step()."""
 
+    require_signature(spec["bundle"], spec["public_keys"])  # the packages are native code: as aotc.load would
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
     workdir = tempfile.mkdtemp(prefix="aotc-bench-")
     index = device.index if device.index is not None else -1

@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 
 from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
+from aotc.bundle.signing import require_signature
 from aotc.contract.outputs import load_spec
 from aotc.contract.subclasses import named_plain
 from aotc.errors import AotcError, InputError
@@ -80,18 +81,21 @@ def read_inputs(path: Path, names: list[str], in_spec):
 
 
 def run_bundle(path: str | Path, *, inputs: Path | None = None, backend: str = "auto", device: str = "cpu",
-               mode: str | None = None, seed: int = 0, model: str | None = None, trusted=()) -> RunResult:
+               mode: str | None = None, seed: int = 0, model: str | None = None, trusted=(),
+               public_keys=None) -> RunResult:
     """Load the bundle at `path` and call it once: on the tensors of `inputs` (a
     safetensors file) or random ones shaped like the example inputs (`seed`). A joint
     bundle runs one training step (its loss and gradients are the values); a regional
-    bundle needs `model`, the model file it is applied to, called on its example inputs."""
+    bundle needs `model`, the model file it is applied to, called on its example inputs.
+    `public_keys`: as for aotc.load; checked before the bundle is read."""
+    require_signature(path, public_keys)
     if is_regional(path):
-        return _run_regions(Path(path), model, backend, device, mode, trusted)
+        return _run_regions(Path(path), model, backend, device, mode, trusted, public_keys)
     info = Bundle.open(path)
     if mode is None:
         mode = "eval" if {"inference", "prefill"} & set(info.graph_kinds) and not info.metadata.training else "train"
     t0 = time.perf_counter()
-    module = load(path, backend=backend, device=device, mode=mode, trusted_subclasses=trusted)
+    module = load(path, backend=backend, device=device, mode=mode, trusted_subclasses=trusted, public_keys=public_keys)
     load_s = time.perf_counter() - t0
     in_spec = load_spec(info.signature.in_spec)
     names = [u.name for u in info.signature.user_inputs]
@@ -115,14 +119,15 @@ def run_bundle(path: str | Path, *, inputs: Path | None = None, backend: str = "
     return RunResult(str(path), module.backend, values, {"load": load_s, "call": call_s}, facts)
 
 
-def _run_regions(path: Path, model: str | None, backend: str, device: str, mode: str | None, trusted) -> RunResult:
+def _run_regions(path: Path, model: str | None, backend: str, device: str, mode: str | None, trusted,
+                 public_keys) -> RunResult:
     if not model:
         raise InputError(f"'{path}' is a regional bundle: name the model to apply it to (--model FILE).")
     spec = load_model(model)
     mode = mode or ("train" if RegionalBundle.open(path).manifest.graph_kinds != ["inference"] else "eval")
     t0 = time.perf_counter()
     applied = apply(path, spec.module.train(mode == "train"), backend=backend, device=device, mode=mode,
-                    trusted_subclasses=trusted)
+                    trusted_subclasses=trusted, public_keys=public_keys)
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     with torch.set_grad_enabled(mode == "train"):
@@ -134,9 +139,11 @@ def _run_regions(path: Path, model: str | None, backend: str, device: str, mode:
 
 def run_generation(path: str | Path, prompt: list[int], max_new_tokens: int, *, backend: str = "auto",
                    device: str = "cpu", do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-                   top_p: float | None = None, seed: int = 0) -> RunResult:
+                   top_p: float | None = None, seed: int = 0, public_keys=None) -> RunResult:
     """Generate up to `max_new_tokens` after `prompt` (token ids, for every sequence of
-    the bundle's batch); the value "new_ids" holds the new tokens per sequence."""
+    the bundle's batch); the value "new_ids" holds the new tokens per sequence.
+    `public_keys`: as for aotc.load; checked before the bundle is read."""
+    require_signature(path, public_keys)
     info = Bundle.open(path)
     if info.manifest.generation is None:
         raise AotcError(
@@ -144,7 +151,7 @@ def run_generation(path: str | Path, prompt: list[int], max_new_tokens: int, *, 
             f"{', '.join(info.graph_kinds)}. Export a causal LM folder with --task text-generation."
         )
     t0 = time.perf_counter()
-    module = load(info.path, backend=backend, device=device)
+    module = load(info.path, backend=backend, device=device, public_keys=public_keys)
     load_s = time.perf_counter() - t0
     ids = torch.tensor([prompt] * info.manifest.generation.batch_size)
     t0 = time.perf_counter()

@@ -47,7 +47,7 @@ def _replays(root: Path, module, inputs, names, mode: str, loss, training: bool)
     except Exception:  # eager itself does not take this size: neither will the bundle
         return False
     try:
-        actual = run_artifact(Bundle.open(root), "fx", "cpu", inputs, expected)
+        actual = run_artifact(Bundle.open(root), "fx", "cpu", inputs, expected, public_keys=())  # export's own
     except Exception:
         return False
     return all(c.passed for c in compare("fx", expected, actual, {}, None))
