@@ -27,8 +27,8 @@ def _write(name: str, data) -> None:
 
 def main() -> None:
     import aotc
-    from aotc.regions_schema import RegionsManifest
-    from aotc.schema import Manifest, Metadata, Signature, json_schema
+    from aotc.bundle.regions_schema import RegionsManifest
+    from aotc.bundle.schema import Manifest, Metadata, Signature, json_schema
     from conftest import fresh_sample
 
     for cls in (Manifest, Signature, Metadata, RegionsManifest):

@@ -21,7 +21,8 @@ import importlib
 # importing `aotc.bundle.schema` does not import the reader (which needs contract/, which needs
 # the schema).
 _FILES = ("MANIFEST", "METADATA", "SIGNATURE", "WEIGHTS", "Bundle", "BundleWriter", "load_exported_program",
-          "manifest_checksum", "sha256_file")
+          "manifest_checksum", "sha256_file", "check_hash", "check_rel_path", "check_target", "check_writable",
+          "staging_dir", "update_bundle")
 __all__ = list(_FILES)
 
 

@@ -32,7 +32,12 @@ def eager_from_bundle(bundle: Bundle) -> torch.nn.Module:
 def _load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], bundle: Bundle) -> None:
     """Every tensor of the bundle into `model`, and every tensor of `model` from the bundle
     (a tied weight, such as lm_head's, is stored once); anything else is refused."""
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except RuntimeError as e:  # a tensor of another shape than the config builds
+        raise ModelFileError(f"the weights of bundle '{bundle.path}' do not fit {type(model).__name__} built from its "
+                             f"{BUNDLE_CONFIG}: {str(e).strip().splitlines()[-1].strip()} Give the model file with "
+                             "--model.") from e
     buffers = dict(model.named_buffers())  # the bundle keeps non-persistent buffers too (position_ids)
     with torch.no_grad():
         for name in [n for n in unexpected if n in buffers and buffers[n].shape == weights[n].shape]:

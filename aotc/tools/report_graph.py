@@ -52,9 +52,9 @@ def graph_views(bundle: Bundle) -> list[GraphView]:
 
 
 def graph_view(bundle: Bundle, kind: str, saved_in: dict[str, str] | None = None) -> GraphView:
-    """The nodes and edges of one graph, with what aotc knows about each. A value many of
-    which a graph takes or returns sits in a module box, so that folding a block folds it
-    too: a parameter and its gradient in the parameter's module, a saved activation in the
+    """The nodes and edges of one graph, with what aotc knows about each. Inputs and
+    outputs that belong to a module sit in its box, so that folding a block folds them too:
+    a parameter and its gradient in the parameter's module, a saved activation in the
     module of the op that made it (`saved_in`: a backward graph's, by slot name)."""
     graph = bundle.load_program(kind).graph
     signature = bundle.signature.graphs[kind]
