@@ -236,9 +236,11 @@ def signature_summary(path: str | Path) -> dict | None:
     if not signature.is_file():
         return None
     raw = signature.read_bytes()
-    try:
-        hint = json.loads(raw)["verificationMaterial"]["publicKey"]["hint"] if len(raw) < MAX_SIGNATURE_BYTES \
-            else None
-    except (ValueError, KeyError, TypeError, RecursionError):
-        hint = None
-    return {"key": hint[:16] if isinstance(hint, str) else "unreadable", "sha256": hashlib.sha256(raw).hexdigest()[:16]}
+    hint = None
+    if len(raw) < MAX_SIGNATURE_BYTES:
+        try:
+            hint = json.loads(raw)["verificationMaterial"]["publicKey"]["hint"]
+        except (ValueError, KeyError, TypeError, RecursionError):  # not JSON, or not model-signing's
+            pass
+    key = hint[:16] if isinstance(hint, str) else "unreadable"
+    return {"key": key, "sha256": hashlib.sha256(raw).hexdigest()[:16]}

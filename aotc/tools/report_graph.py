@@ -139,10 +139,10 @@ def _place_autograd_ops(nodes: list[GraphNode], edges: list[tuple[int, int]]) ->
     BERT's classifier) or none, so a folded layer would lose them and every layer would
     hang off one box. A run of gradient sums (autograd's own op) with one recorded module
     is misplaced when no value around it lies in that module and the module lies outside
-    the one holding them all; then a run of backward ops recorded in no module,
-    when every value around it lies in one (the model's own code, such as a loss, keeps its
-    ops). Each op of a misplaced run goes to the innermost module holding the placed values
-    it reads (the gradients it sums come from there), else its other placed neighbours."""
+    the one holding them all; then a run of backward ops recorded in no module, when every
+    value around it lies in one (the model's own code, such as a loss, keeps its ops).
+    Each op of a misplaced run goes to the innermost module holding the placed values it
+    reads (the gradients it sums come from there), else its other placed neighbours."""
     near: dict[int, list[int]] = {}
     reads: dict[int, list[int]] = {}
     for a, b in edges:
