@@ -17,8 +17,10 @@ from aotc.bundle.files import Bundle, check_target, check_writable
 from aotc.bundle.schema import Metadata, ModelInfo
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.capture.breaks import describe, report
+from aotc.capture.inputs import bind_call
 from aotc.capture.optimizer_step import fuse_optimizer
 from aotc.contract import optimizers
+from aotc.contract.call_inputs import unwrap
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.export_writer import Check, Contents, PhaseCallback, write_bundle
 from aotc.sources.model_file import FunctionModule, _split_inputs
@@ -96,7 +98,12 @@ def export(
                             "gradients inside it.")
         info = optimizers.describe(optimizer, module)
         fused = (info, optimizers.initial_state(info, optimizer, module))
-    capture_options = CaptureOptions(mode=mode, partitioner=o.partitioner, train=o.train, dynamic_shapes=dynamic_shapes)
+    # inputs that are not tensors become constants (or symbolic ints) of the call: from
+    # here on every flat input is a tensor (aotc.contract.call_inputs)
+    call = bind_call(module, args, kwargs, dynamic_shapes)
+    args, kwargs = call.args, call.kwargs
+    capture_options = CaptureOptions(mode=mode, partitioner=o.partitioner, train=o.train,
+                                     dynamic_shapes=call.dynamic_shapes)
     if o.on_phase:
         o.on_phase("capture")
     try:
@@ -104,7 +111,8 @@ def export(
     except CaptureError as e:
         if e.__cause__ is None or isinstance(e, GraphBreakError):
             raise  # aotc's own refusal, which says what to do
-        raise _with_break_report(e, module, args, kwargs) from e.__cause__
+        raise _with_break_report(e, module, *unwrap((args, kwargs))) from e.__cause__
+    captured = dataclasses.replace(captured, constant_inputs=call.constants)
     if fused is not None:
         captured = _with_optimizer(captured, *fused)
     for line in captured.narrowed:

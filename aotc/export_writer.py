@@ -24,6 +24,7 @@ from aotc.bundle.files import METADATA, SIGNATURE, WEIGHTS, Bundle, BundleWriter
 from aotc.bundle.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 from aotc.capture import Capture
 from aotc.contract.ambient import current
+from aotc.contract.call_inputs import portable
 from aotc.contract.optimizers import OPTIMIZER_STATE
 from aotc.exporters import formats
 from aotc.tools import reference
@@ -80,13 +81,14 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
         for rel, src in (assets or {}).items():
             writer.copy(rel, src, "hf")
         signature = Signature(
-            in_spec=_dumps(captured.in_spec),
+            in_spec=_dumps(portable(captured.in_spec)),
             out_spec=_dumps(captured.out_spec),
             user_inputs=captured.user_inputs,
             num_user_outputs=captured.num_user_outputs,
             graphs={k: g.signature for k, g in captured.graphs.items()},
             state_aliases=captured.state_aliases,
             non_persistent_buffers=captured.non_persistent_buffers,
+            constant_inputs=captured.constant_inputs,
         )
         metadata = Metadata(
             training=captured.training, user_inputs=captured.user_input_meta, programs=captured.programs,

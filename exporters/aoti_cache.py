@@ -83,7 +83,8 @@ def check_layouts_static(bundle: Bundle, kind: str) -> None:
             )
     for info in program.inputs:
         t = info.tensor
-        if info.kind in ("user_input", "synthetic_base") and t is not None and t.dynamic_dims:
+        always_empty = t is not None and any(size == 0 and str(d) not in t.dynamic_dims for d, size in enumerate(t.shape))
+        if info.kind in ("user_input", "synthetic_base") and t is not None and t.dynamic_dims and not always_empty:
             guard = StrideGuard.of(t.shape, t.stride, static=False)
             if tuple(t.stride) != dense_strides(t.shape, guard.order):
                 raise AotcError(

@@ -42,6 +42,11 @@ class Case:
     buffers: dict = field(default_factory=dict)
     input_grad: bool = False  # x requires grad (training cases)
     family: str = "aotc"
+    # torch.export's dynamic_shapes for the call (a callable taking the case's (args, kwargs))
+    dynamic_shapes: object = None
+
+    def dynamic(self, args: tuple, kwargs: dict):
+        return self.dynamic_shapes(args, kwargs) if callable(self.dynamic_shapes) else self.dynamic_shapes
 
     def build(self) -> nn.Module:
         torch.manual_seed(0)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aotc.bundle.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, TensorMeta
 from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
+from aotc.contract.call_inputs import CallForm, constant_value
 from aotc.contract.optimizers import HYPERPARAMETERS, OPTIMIZER_STATE
 from aotc.contract.outputs import load_spec
 from aotc.contract.subclasses import decode_context, inner_paths
@@ -125,6 +126,7 @@ def check_consistency(manifest: Manifest, signature: Signature, metadata: Metada
     for i, t in enumerate(metadata.user_inputs):
         check_tensor(t, w, "metadata.json", f"user_inputs[{i}]")
     _check_specs(signature, w)
+    _check_call_inputs(signature, metadata, w)
     state = set()
     for kind, program in metadata.programs.items():
         _check_program_meta(kind, program, signature.graphs[kind], num_inputs, signature.num_user_outputs, w,
@@ -220,6 +222,23 @@ def _check_specs(signature: Signature, w: Where) -> None:
             w.fail("signature.json", field, f"not a pytree spec ({type(e).__name__}: {e})")
         if spec.num_leaves != count:
             w.fail("signature.json", field, f"has {spec.num_leaves} leaves, expected {count}")
+
+
+def _check_call_inputs(signature: Signature, metadata: Metadata, w: Where) -> None:
+    """The in_spec's constants are the ones signature.json names, with the same values,
+    and its dynamic ints are the user inputs of kind "int", carried as (n, 0) int64."""
+    slots = CallForm.of(load_spec(signature.in_spec), [], []).slots
+    constants = [s.constant for s in slots if s.kind == "constant"]
+    listed = [(c.type, c.value) for c in signature.constant_inputs]
+    if [(kind, constant_value((kind, value))) for kind, value in constants] != [
+            (kind, constant_value((kind, value))) for kind, value in listed]:
+        w.fail("signature.json", "constant_inputs", "they are not the constants in_spec holds")
+    ints = [s.kind == "int" for s in slots if s.kind != "constant"]
+    if ints != [u.kind == "int" for u in signature.user_inputs]:
+        w.fail("signature.json", "user_inputs", "the inputs of kind 'int' are not the ints in_spec holds")
+    for i, (u, meta) in enumerate(zip(signature.user_inputs, metadata.user_inputs)):
+        if u.kind == "int" and (len(meta.shape) != 2 or meta.shape[1] != 0 or meta.dtype != "int64"):
+            w.fail("metadata.json", f"user_inputs[{i}]", "an int input is carried as an (n, 0) int64 tensor")
 
 
 def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_inputs: int, num_outputs: int,

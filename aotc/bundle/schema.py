@@ -9,38 +9,30 @@ Nothing torch-internal appears in these files: AOTAutograd's enums are stored by
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
 from aotc.bundle.schema_json import from_json, json_schema, to_json  # noqa: F401 (read and written through here)
+from aotc.bundle.signature_schema import (  # noqa: F401 (the schema's names, all importable from here)
+    GRAPH_KINDS,
+    BackwardSignature,
+    ConstantInput,
+    ConstantType,
+    GraphKind,
+    GraphSignature,
+    InputRole,
+    OutputRole,
+    Signature,
+    Slot,
+    SlotRole,
+    UserInput,
+)
 from aotc.bundle.subclasses_schema import Subclasses
 
 # 2: every file is listed and hashed (signature.json and metadata.json too), and the
 # manifest carries a checksum of its own content.
 FORMAT_VERSION = 2
 
-# "prefill" and "decode": the two inference graphs of a generation bundle (aotc.generate)
-GraphKind = Literal["inference", "joint", "forward", "backward", "prefill", "decode"]
-GRAPH_KINDS: tuple[str, ...] = typing.get_args(GraphKind)
-
-# "constant": a tensor made inside forward, lifted to a graph input and stored with the weights
-# "optimizer_state", "hyperparameter", "updated_parameter": a joint graph that carries its
-# optimizer (aotc.optimizers) takes the optimizer's state and hyperparameters and returns
-# the new parameters and state
-InputRole = Literal[
-    "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant", "optimizer_state",
-    "hyperparameter",
-]
-OutputRole = Literal[
-    "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss", "updated_parameter",
-    "optimizer_state",
-]
-SlotRole = Literal[
-    "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant",
-    "input_mutation", "user_output", "intermediate_base", "gradient", "loss", "optimizer_state", "hyperparameter",
-    "updated_parameter",
-]
 MutationTypeName = Literal["NOT_MUTATED", "MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"]
 OutputTypeName = Literal[
     "non_alias",
@@ -125,74 +117,6 @@ class Manifest:
 
     def file(self, path: str) -> FileEntry | None:
         return next((f for f in self.files if f.path == path), None)
-
-
-# ---------------------------------------------------------------------------- signature
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One input or output of a graph, in graph order, and what it means.
-
-    `target` names what the slot is about: a parameter/buffer FQN, a user input's name,
-    or for gradients, tangents and mutations the FQN or input it belongs to. `index` is
-    the user input/output or saved-activation index where the role has one.
-    """
-
-    name: str
-    role: SlotRole
-    target: str | None = None
-    index: int | None = None
-
-
-@dataclass(frozen=True)
-class BackwardSignature:
-    """Which graph output is the gradient of which parameter or user input.
-
-    `reached_from` (forward+backward bundles): per gradient output, the tangent inputs
-    whose gradient reaches it in eager's autograd graph; when none of them gets a
-    gradient, eager leaves that `.grad` None, and so does the runtime.
-    """
-
-    gradients_to_parameters: dict[str, str]
-    gradients_to_user_inputs: dict[str, str]
-    loss_output: str | None = None
-    reached_from: dict[str, list[str]] | None = None
-
-
-@dataclass(frozen=True)
-class GraphSignature:
-    """The calling convention of one graph: its flat inputs and outputs, in order."""
-
-    kind: GraphKind
-    inputs: list[Slot]
-    outputs: list[Slot]
-    backward: BackwardSignature | None = None
-
-
-@dataclass(frozen=True)
-class UserInput:
-    """One flat user input: `name` is forward's parameter name plus pytree path."""
-
-    name: str
-    path: str
-
-
-@dataclass(frozen=True)
-class Signature:
-    """signature.json: the pytree specs of forward's inputs/outputs and every graph.
-
-    `state_aliases` maps a second name of a tied parameter/buffer to the name it is
-    stored under; `non_persistent_buffers` are buffers left out of `state_dict()`.
-    """
-
-    in_spec: str
-    out_spec: str
-    user_inputs: list[UserInput]
-    num_user_outputs: int
-    graphs: dict[str, GraphSignature]
-    state_aliases: dict[str, str] = field(default_factory=dict)
-    non_persistent_buffers: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- metadata

@@ -16,14 +16,26 @@ from aotc.errors import BundleError
 
 
 def to_json(obj: Any) -> Any:
-    """A dataclass tree as plain JSON values."""
+    """A dataclass tree as plain JSON values. A field added to the format after its
+    version (marked `OMIT_DEFAULT`) is left out while it holds its default, so that a
+    bundle that does not use it stays readable by the aotc before it."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {
+            f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if not (f.metadata.get(OMIT_DEFAULT) and getattr(obj, f.name) == _default(f))
+        }
     if isinstance(obj, dict):
         return {str(k): to_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     return obj
+
+
+OMIT_DEFAULT = "omit_default"
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def _type_name(tp: Any) -> str:

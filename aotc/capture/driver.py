@@ -36,6 +36,7 @@ from aotc.capture.slot_names import Names, input_name, state_aliases
 from aotc.capture.trace import aot_capture, export_program, first_line
 from aotc.capture.types import MODES, Capture, CaptureOptions
 from aotc.contract.aliasing import clone_like, exact_copy, storage_groups, synthetic_base
+from aotc.contract.call_inputs import int_positions
 from aotc.errors import CaptureError
 
 
@@ -63,6 +64,8 @@ class CaptureContext:
     # where the model's tensor subclasses are; the fields above are then the dense view
     # (each subclass input as its inner tensors, see capture.subclasses)
     subclasses: subclasses.SubclassPlan | None = None
+    # flat positions of ints declared dynamic (empty (n, 0) carriers, see contract.call_inputs)
+    int_inputs: frozenset[int] = frozenset()
 
     def program(self) -> Program:
         """A fresh Program: the model, followed by the loss only for a joint graph."""
@@ -110,6 +113,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
             model=model, loss=loss, options=options, training=training,
             user_names=user_names, user_paths=user_paths, flat_user=flat_user, in_spec=in_spec,
             duplicates=duplicates, eager=eager, subclasses=plan,
+            int_inputs=frozenset(int_positions((args, kwargs))) if plan is None else frozenset(),
         )
         try:
             return _capture(ctx, use_export=True)
@@ -337,7 +341,8 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
     return Capture(
         graphs=graphs,
         programs={meta_key: program_meta},
-        user_inputs=[UserInput(name=n, path=p) for n, p in zip(ctx.user_names, ctx.user_paths)],
+        user_inputs=[UserInput(name=n, path=p, kind="int" if i in ctx.int_inputs else "tensor")
+                     for i, (n, p) in enumerate(zip(ctx.user_names, ctx.user_paths))],
         user_input_meta=user_input_meta,
         in_spec=ctx.in_spec,
         out_spec=out_spec,

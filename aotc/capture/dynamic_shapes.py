@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from torch.export import ExportedProgram
@@ -22,6 +23,15 @@ from aotc.errors import CaptureError
 from aotc.sources.model_file import FunctionModule, forward_arg_names
 
 
+@dataclass(frozen=True)
+class ProgramShapes:
+    """dynamic_shapes already rewritten for Program's `(*args, **kwargs)` (by
+    aotc.capture.inputs.bind_call): one entry per positional input and per keyword."""
+
+    args: tuple
+    kwargs: dict
+
+
 def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
     """The user's dynamic_shapes, written against the model's forward as torch.export
     documents it (a dict keyed by forward's parameter names, or a tuple in their order;
@@ -29,6 +39,8 @@ def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
     whose forward is `(*args, **kwargs)`."""
     if spec is None:
         return None
+    if isinstance(spec, ProgramShapes):
+        return {"args": spec.args, "kwargs": spec.kwargs}
     target = model.fn if isinstance(model, FunctionModule) else model.forward
     try:
         bound = inspect.signature(target).bind(*args, **kwargs)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from aotc.contract.call_inputs import unwrap
 from aotc.contract.outputs import plain_outputs
 
 
 class Program(torch.nn.Module):
-    """The model, optionally followed by its loss: the thing torch.export traces.
+    """The model, optionally followed by its loss: the thing torch.export traces. It
+    takes the inputs bound (aotc.contract.call_inputs) and calls the model on their values.
 
     With `keywords`, the last len(keywords) positional arguments are passed to the model
     as those keywords: torch.export is then called with positional inputs only, since it
@@ -25,6 +27,7 @@ class Program(torch.nn.Module):
         if self.keywords:
             split = len(args) - len(self.keywords)
             args, kwargs = args[:split], dict(zip(self.keywords, args[split:]), **kwargs)
+        args, kwargs = unwrap((args, kwargs))  # constants and ints as the model takes them
         out = self.model(*args, **kwargs)
         if self.loss is None:
             return plain_outputs(out)

@@ -58,7 +58,7 @@ def declared_dims(spec_args: tuple, inputs: tuple) -> dict[str, DeclaredDim]:
     found: dict[str, DeclaredDim] = {}
     leaves, _ = pytree.tree_flatten_with_path(inputs)
     for index, (path, value) in enumerate(leaves):
-        dims = _spec_at(spec_args, path)
+        dims = spec_at(spec_args, path)
         if not isinstance(value, torch.Tensor) or dims is None:
             continue
         items = dims.items() if isinstance(dims, dict) else enumerate(dims) if isinstance(dims, (list, tuple)) else ()
@@ -294,7 +294,8 @@ def _is_plain_dim(node: Any) -> bool:
     return isinstance(node, Dim) and not hasattr(node, "root")
 
 
-def _spec_at(spec: Any, path: tuple) -> Any:
+def spec_at(spec: Any, path: tuple) -> Any:
+    """The dynamic_shapes entry at `path` of the inputs (None where there is none)."""
     for key in path:
         if spec is None:
             return None

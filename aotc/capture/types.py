@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.bundle.schema import OptimizerInfo, ProgramMeta, TensorMeta, UserInput
+from aotc.bundle.schema import ConstantInput, OptimizerInfo, ProgramMeta, TensorMeta, UserInput
 from aotc.bundle.subclasses_schema import Subclasses
 from aotc.capture.flat_programs import CapturedGraph
 
@@ -59,3 +59,6 @@ class Capture:
     # the optimizer a joint graph carries, and its state by '<fqn>/<key>' (aotc.contract.optimizers)
     optimizer: OptimizerInfo | None = None
     optimizer_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the inputs that are not tensors, which the graphs are specialized on (see
+    # aotc.contract.call_inputs; `in_spec` holds them as nodes)
+    constant_inputs: list[ConstantInput] = field(default_factory=list)

@@ -26,6 +26,7 @@ class InputCheck:
     shape: tuple[int, ...]
     dynamic: dict[int, tuple[str, int, int | None]]
     static: torch.Size | None
+    is_int: bool = False  # an int input declared dynamic: its (n, 0) carrier (contract.call_inputs)
 
     def check(self, value, device: torch.device, sizes: dict[str, tuple[int, str]]) -> None:
         if not isinstance(value, torch.Tensor):
@@ -61,17 +62,20 @@ class InputCheck:
                     )
                 continue
             symbol, lo, hi = self.dynamic[i]
+            if self.is_int and (size < lo or (hi is not None and size > hi)):
+                raise InputError(
+                    f"input '{self.name}' is {size}, outside the exported range [{lo}, {'inf' if hi is None else hi}] "
+                    f"of {symbol}. Re-export with a wider range."
+                )
             if size < lo or (hi is not None and size > hi):
                 raise InputError(
                     f"input '{self.name}' dim {i} is {size}, outside the exported range "
                     f"[{lo}, {'inf' if hi is None else hi}] of {symbol}. Re-export with a wider range."
                 )
-            seen = sizes.setdefault(symbol, (size, f"{self.name} dim {i}"))
+            seen = sizes.setdefault(symbol, (size, self.name if self.is_int else f"{self.name} dim {i}"))
             if seen[0] != size:
-                raise InputError(
-                    f"input '{self.name}' dim {i} is {size}, but {seen[1]} is {seen[0]}; both are "
-                    f"{symbol} in the bundle and must be equal."
-                )
+                here = f"input '{self.name}' is {size}" if self.is_int else f"input '{self.name}' dim {i} is {size}"
+                raise InputError(f"{here}, but {seen[1]} is {seen[0]}; both are {symbol} in the bundle and must be equal.")
 
     def describe(self) -> str:
         dims = [self.dynamic[i][0] if i in self.dynamic else str(s) for i, s in enumerate(self.shape)]
@@ -89,6 +93,7 @@ def build_checks(metadata: Metadata, user_inputs: list[UserInput]) -> list[Input
                 shape=tuple(meta.shape),
                 dynamic=dynamic,
                 static=None if dynamic else torch.Size(meta.shape),
+                is_int=spec.kind == "int",
             )
         )
     return checks

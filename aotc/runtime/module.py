@@ -17,6 +17,7 @@ from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
 from aotc.contract.aliasing import StrideGuard, dense_strides
 from aotc.contract.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
+from aotc.contract.call_inputs import CallForm, describe_call, describe_spec
 from aotc.contract.optimizers import for_module
 from aotc.contract.outputs import load_spec
 from aotc.errors import AotcError, FrozenWeightsError, GraphRunError, InputError, ModeError
@@ -78,6 +79,8 @@ class LoadedModule(nn.Module):
             self._subclasses.bind({fqn: slot_getter(self, fqn) for fqn in self._subclasses.state})
         self._in_spec = load_spec(sig.in_spec)
         self._keywords = CallStructure.of(self._in_spec)
+        self._call_form = CallForm.of(self._in_spec, [u.name for u in sig.user_inputs],
+                                      [c.name for c in sig.constant_inputs])
         # Fast path: forward(*tensors) with no kwargs needs no pytree flattening.
         plain = pytree.tree_flatten((tuple(range(len(sig.user_inputs))), {}))[1]
         self._plain_arity = len(sig.user_inputs) if plain == self._in_spec else -1
@@ -187,7 +190,9 @@ class LoadedModule(nn.Module):
                 kwargs = self._keywords.arrange(args, kwargs)  # keywords in another order, or a named error
                 flat, spec = pytree.tree_flatten((args, kwargs))
                 if spec != self._in_spec:
-                    self._structure_error(flat, args, kwargs)
+                    if not self._call_form.matches(spec):
+                        self._structure_error(flat, args, kwargs)
+                    flat = self._call_form.tensors(flat, self.device)  # constants checked, ints as tensors
         sizes: dict = {}
         for check, value in zip(self._checks, flat):
             check.check(value, self.device, sizes)
@@ -195,9 +200,13 @@ class LoadedModule(nn.Module):
 
     def _structure_error(self, flat, args, kwargs):
         names = [c.name for c in self._checks]
+        detail = ""
+        if self._call_form.active or self._plain_arity < 0:  # say where the structures differ
+            detail = (f" As (args, kwargs), the bundle takes {describe_spec(self._in_spec, names)}; this call passes "
+                      f"{describe_call((args, kwargs))}.")
         raise InputError(
             f"expected {len(names)} input(s) ({', '.join(names)}) in the exported structure; "
-            f"got {len(flat)} in a different structure: {len(args)} positional, kwargs {sorted(kwargs)}."
+            f"got {len(flat)} in a different structure: {len(args)} positional, kwargs {sorted(kwargs)}.{detail}"
         )
 
     def _unflatten(self, outputs: list):

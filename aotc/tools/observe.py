@@ -20,6 +20,7 @@ import torch
 
 from aotc._torch_compat import pytree
 from aotc.contract.aliasing import clone_like
+from aotc.contract.call_inputs import unwrap
 from aotc.contract.outputs import plain_outputs
 from aotc.contract.subclasses import dense_leaves, is_subclass, named_plain
 from aotc.errors import BundleError
@@ -101,6 +102,7 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
     if device is not None:
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
     flat = dense_leaves(pytree.tree_leaves((args, kwargs)))  # tensor subclasses as their inner tensors
+    args, kwargs = unwrap((args, kwargs))  # constants and ints as a user passes them
     torch.manual_seed(SEED)
     seen: Record = {}
     outputs: list = []
