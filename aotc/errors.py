@@ -49,6 +49,11 @@ class BundleError(AotcError):
     """A bundle on disk is missing a file, corrupted, or from an unknown format."""
 
 
+class InternalError(RuntimeError):
+    """aotc's own bug, not the user's input: e.g. a check refusing a bundle aotc is writing.
+    Not an AotcError, so the CLI reports it as an internal error (exit 2) to be reported."""
+
+
 class UnsupportedTorchError(AotcError):
     """The installed torch lacks an API aotc relies on."""
 

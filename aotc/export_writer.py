@@ -24,8 +24,9 @@ from aotc.bundle.files import METADATA, SIGNATURE, WEIGHTS, Bundle, BundleWriter
 from aotc.bundle.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 from aotc.capture import Capture
 from aotc.contract.ambient import current
-from aotc.contract.call_inputs import portable
+from aotc.contract.call_form import portable
 from aotc.contract.optimizers import OPTIMIZER_STATE
+from aotc.errors import BundleError, InternalError
 from aotc.exporters import formats
 from aotc.tools import reference
 
@@ -117,7 +118,11 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             if revised is not metadata:
                 writer.write_json(METADATA, revised, "metadata")
                 writer.write_manifest(manifest)
-    return Bundle.open(out)
+    try:
+        return Bundle.open(out)
+    except BundleError as e:  # the bundle aotc just wrote: never the user's to fix
+        raise InternalError(f"aotc's check of the bundle it wrote failed: {e} This is a bug in aotc; please "
+                            "report it.") from e
 
 
 def _dumps(spec) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from aotc.bundle.schema import GraphSignature, Manifest, Metadata, ProgramMeta, Signature, TensorMeta
 from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
-from aotc.contract.call_inputs import CallForm, constant_value
+from aotc.contract.call_form import CallForm
+from aotc.contract.call_inputs import constant_value, load_constant as _load_constant
 from aotc.contract.optimizers import HYPERPARAMETERS, OPTIMIZER_STATE
 from aotc.contract.outputs import load_spec
 from aotc.contract.subclasses import decode_context, inner_paths
@@ -290,6 +291,16 @@ def _check_program_meta(kind: str, meta: ProgramMeta, sig: GraphSignature, num_i
         w.fail(file, f"{at}.outputs", f"{count} entries, the model returns {num_outputs}")
     for j, o in enumerate(meta.outputs):
         where = f"{at}.outputs[{j}]"
+        if o.constant is not None:
+            if o.index in user or o.output_type != "non_alias" or o.tensor is not None or o.scalar is not None:
+                w.fail(file, f"{where}.constant", "a constant output has no graph output and no tensor")
+            try:
+                _load_constant([o.constant.type, o.constant.value])
+            except ValueError as e:
+                w.fail(file, f"{where}.constant", str(e))
+            continue
+        if o.scalar is not None and (o.output_type != "non_alias" or o.tensor is not None):
+            w.fail(file, f"{where}.scalar", "a number output is no view and has no tensor layout")
         if o.index not in user:
             w.fail(file, f"{where}.index", f"{o.index} is not a user output of the graph")
         limit = {"is_input": len(meta.inputs), "alias_of_input": len(meta.inputs),
@@ -329,9 +340,10 @@ def _check_backward(fw: GraphSignature, bw: GraphSignature, w: Where) -> None:
     saved = sum(s.role == "saved" for s in fw.outputs)
     primals = {s.name for s in fw.inputs}
     for i, s in enumerate(bw.inputs):
-        ok = (s.role == "saved" and _index_ok(s.index, saved)) or (s.role == "tangent" and s.target in fw_out)
+        ok = ((s.role == "saved" and _index_ok(s.index, saved)) or (s.role == "tangent" and s.target in fw_out)
+              or s.role == "constant")  # a tensor made in forward that backward reads, stored with the weights
         if not ok:
-            w.fail("signature.json", f"graphs.backward.inputs[{i}]", f"{s.name!r} is not a saved value or tangent")
+            w.fail("signature.json", f"graphs.backward.inputs[{i}]", f"{s.name!r} is not a saved value, tangent or constant")
     for i, s in enumerate(bw.outputs):
         if s.role != "gradient" or s.name.removeprefix("grad:") not in primals:
             w.fail("signature.json", f"graphs.backward.outputs[{i}]", f"{s.name!r} is not a gradient of an input")

@@ -12,17 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from aotc.bundle.schema_json import from_json, json_schema, to_json  # noqa: F401 (read and written through here)
+from aotc.bundle.schema_json import OMIT_DEFAULT, from_json, json_schema, to_json  # noqa: F401 (read and written through here)
 from aotc.bundle.signature_schema import (  # noqa: F401 (the schema's names, all importable from here)
     GRAPH_KINDS,
     BackwardSignature,
     ConstantInput,
     ConstantType,
+    ConstantValue,
     GraphKind,
     GraphSignature,
     InputRole,
     OutputRole,
     Signature,
+    ScalarType,
     Slot,
     SlotRole,
     UserInput,
@@ -220,6 +222,12 @@ class OutputMeta:
     # so backends that copy outputs (ONNX) alias them as eager does.
     same_as_output: int | None = None
     view_of_output: int | None = None
+    # an output the model returns as a constant (None, a number, a str): no graph
+    # computes it, the runtime returns this value
+    constant: ConstantValue | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    # a Python number the model computes (`.item()`): the graph returns a 0-d tensor
+    # (bool, int64, float64), the runtime the number
+    scalar: ScalarType | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)

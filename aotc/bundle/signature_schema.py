@@ -86,6 +86,16 @@ class UserInput:
 
 
 ConstantType = Literal["bool", "int", "float", "str", "None"]
+ScalarType = Literal["bool", "int", "float"]
+
+
+@dataclass(frozen=True)
+class ConstantValue:
+    """A value that is not a tensor, as the bundle writes it: a float that is not finite
+    as its repr ("nan", "inf")."""
+
+    type: ConstantType
+    value: bool | int | float | str | None
 
 
 @dataclass(frozen=True)

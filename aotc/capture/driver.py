@@ -358,6 +358,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
             f"{prefix}.{name}" if prefix else name
             for prefix, module in ctx.model.named_modules()
             for name in module._non_persistent_buffers_set
+            if module._buffers.get(name) is not None  # a buffer registered as None is no tensor (timm's Swin)
         ],
     )
 

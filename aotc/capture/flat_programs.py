@@ -23,7 +23,7 @@ from torch.export import Dim, ExportedProgram
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.schema import BackwardSignature, GraphSignature, Slot
-from aotc.capture.metadata import graph_placeholders, output_descs, output_nodes
+from aotc.capture.metadata import SCALAR_DTYPES, graph_placeholders, output_descs, output_nodes, scalar_type
 from aotc.capture.slot_names import Names, input_name, output_slot
 from aotc.errors import CaptureError
 
@@ -42,12 +42,14 @@ def lift_constants(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))  # a plain Graph: positional inputs, any outputs
     constants = []
-    last_input = list(graph.find_nodes(op="placeholder"))[-1]
+    inputs = list(graph.find_nodes(op="placeholder"))
+    last_input = inputs[-1] if inputs else None  # a program may take no inputs at all
     for node in list(graph.find_nodes(op="get_attr")):
         value = _attr(gm, node.target)
         if not isinstance(value, torch.Tensor):
             continue
-        with graph.inserting_after(last_input):
+        where = graph.inserting_after(last_input) if last_input is not None else graph.inserting_before(next(iter(graph.nodes)))
+        with where:
             placeholder = graph.placeholder(f"constant_{len(constants)}")
         placeholder.meta["val"] = value
         last_input = placeholder
@@ -76,7 +78,7 @@ class FlatCall(torch.nn.Module):
 
     def __init__(self, fn, keep: list[int], tangents: list[torch.dtype] | None = None,
                  size_outputs: frozenset[int] = frozenset(), size_inputs: frozenset[int] = frozenset(),
-                 num_constants: int = 0):
+                 num_constants: int = 0, scalar_outputs: dict[int, torch.dtype] | None = None):
         super().__init__()
         self.fn = fn
         self.keep = keep
@@ -84,6 +86,9 @@ class FlatCall(torch.nn.Module):
         self.size_outputs = size_outputs
         self.size_inputs = size_inputs
         self.num_constants = num_constants
+        # user outputs that are Python numbers (`.item()`): returned as 0-d tensors of this
+        # dtype, which the runtime turns back into numbers (OutputMeta.scalar)
+        self.scalar_outputs = scalar_outputs or {}
 
     def forward(self, *args):
         if self.size_inputs:
@@ -93,7 +98,11 @@ class FlatCall(torch.nn.Module):
         outs = self.fn(*args[:split], *tangents, *args[split:])
         outs = pytree.tree_flatten(outs, is_leaf=lambda x: x is None)[0]
         kept = [outs[i] for i in self.keep]
-        return tuple(size_carrier(v) if i in self.size_outputs else v for i, v in enumerate(kept))
+        return tuple(
+            size_carrier(v) if i in self.size_outputs
+            else torch.scalar_tensor(v, dtype=self.scalar_outputs[i]) if i in self.scalar_outputs else v
+            for i, v in enumerate(kept)
+        )
 
 
 def export_dynamic_shapes(vals: list[Any], size_inputs: frozenset[int] = frozenset()) -> tuple | None:
@@ -212,9 +221,10 @@ class CapturedGraph:
 
 
 def kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
-    """Positions of the graph's non-None outputs, and their slots."""
+    """Positions of the graph's outputs that it computes (not None, not a constant the
+    model returns: the metadata records those), and their slots."""
     descs = output_descs(gm)
-    keep = [i for i, n in enumerate(output_nodes(gm)) if n is not None]
+    keep = [i for i, n in enumerate(output_nodes(gm)) if isinstance(n, torch.fx.Node)]
     return keep, [output_slot(descs[i], names, loss) for i in keep]
 
 
@@ -226,10 +236,14 @@ def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tan
         j for j, i in enumerate(keep)
         if out_slots[j].role == "saved" and isinstance(nodes[i].meta.get("val"), (int, torch.SymInt))
     )
+    scalars = {
+        j: SCALAR_DTYPES[scalar_type(nodes[i].meta.get("val"))] for j, i in enumerate(keep)
+        if out_slots[j].role == "user_output" and scalar_type(nodes[i].meta.get("val")) is not None
+    }
     flat, constants = lift_constants(gm)
     const_slots = constant_slots(kind, constants)
     program = reexport(
-        FlatCall(flat, keep, tangents, size_outputs=sizes, num_constants=len(constants)),
+        FlatCall(flat, keep, tangents, size_outputs=sizes, num_constants=len(constants), scalar_outputs=scalars),
         [*real_inputs, *(v for _, v in constants)], [*fake_inputs, *(v for _, v in constants)], kind,
     )
     stacks = module_stacks(gm)

@@ -39,7 +39,7 @@ def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any) -> BoundCal
     flat_inputs = pytree.tree_flatten_with_path((*args, *kwargs.values()))[0]
     dynamic_ints = {
         i for i, (path, value) in enumerate(flat_inputs)
-        if spec_args is not None and call_inputs.is_dynamic_int(value, spec_at(spec_args, path))
+        if spec_args is not None and call_inputs.is_dynamic_int(value, spec_at(spec_args, path, (*args, *kwargs.values())))
     }
     b_args, b_kwargs = call_inputs.bind(args, kwargs, names, dynamic_ints)
     constants = [

@@ -18,6 +18,7 @@ from aotc._torch_compat import pytree
 from aotc.bundle.schema import (
     AliasedInput,
     AliasGroup,
+    ConstantValue,
     DynamicDim,
     InputMeta,
     Layout,
@@ -27,6 +28,7 @@ from aotc.bundle.schema import (
     TensorMeta,
 )
 from aotc.capture import eager_check
+from aotc.contract.call_inputs import CONSTANT_TYPES, constant_context
 from aotc.contract.aliasing import geometry, storage_groups, synthetic_base
 from aotc.errors import CaptureError
 
@@ -97,6 +99,20 @@ def output_descs(gm: torch.fx.GraphModule) -> list[Any]:
     if descs and isinstance(descs[0], list):  # (outputs, grads) joint layout is pre-flattened
         descs = descs[0]
     return list(descs)
+
+
+SCALAR_DTYPES = {"bool": torch.bool, "int": torch.int64, "float": torch.float64}
+
+
+def scalar_type(value: Any) -> str | None:
+    """"bool", "int" or "float" for a (symbolic) Python number a graph returns; else None."""
+    if isinstance(value, (bool, torch.SymBool)):
+        return "bool"
+    if isinstance(value, (int, torch.SymInt)):
+        return "int"
+    if isinstance(value, (float, torch.SymFloat)):
+        return "float"
+    return None
 
 
 def output_nodes(gm: torch.fx.GraphModule) -> list[Any]:
@@ -256,12 +272,14 @@ def build_program_meta(
                 base=base,
                 requires_grad=info.requires_grad,
                 tensor=tensor_meta(real, node.meta.get("val") if node is not None else None)
-                if isinstance(real, torch.Tensor)
+                if isinstance(real, torch.Tensor) and _scalar(node) is None
                 else None,
                 view_replay=chain,
                 view_offset=offset,
                 same_as_output=same_as,
                 view_of_output=view_of,
+                constant=_constant_output(i, user_out_nodes.get(i)),
+                scalar=_scalar(node),
             )
         )
     return ProgramMeta(
@@ -271,6 +289,22 @@ def build_program_meta(
         duplicate_user_inputs={str(k): v for k, v in duplicates.items()},
         grad_enabled_mutation=fw_metadata.grad_enabled_mutation,
     )
+
+def _constant_output(index: int, node: Any) -> ConstantValue | None:
+    """A user output the graph does not compute (None, a number, a str): its value."""
+    if isinstance(node, torch.fx.Node):
+        return None
+    if not isinstance(node, CONSTANT_TYPES):
+        raise CaptureError(
+            f"output {index} of the model is a {type(node).__name__}; a bundle returns tensors, numbers, bools, "
+            "str and None. Return it as one of these, or leave it out."
+        )
+    return ConstantValue(*constant_context(node))
+
+
+def _scalar(node: Any) -> str | None:
+    return scalar_type(node.meta.get("val")) if isinstance(node, torch.fx.Node) else None
+
 
 def eager_views(eager: eager_check.EagerCall, slots: list[Slot], aliased: list[list[int]]) -> dict[int, int]:
     """Outputs that view exactly one user input in eager -> that input's graph position."""

@@ -58,7 +58,7 @@ def declared_dims(spec_args: tuple, inputs: tuple) -> dict[str, DeclaredDim]:
     found: dict[str, DeclaredDim] = {}
     leaves, _ = pytree.tree_flatten_with_path(inputs)
     for index, (path, value) in enumerate(leaves):
-        dims = spec_at(spec_args, path)
+        dims = spec_at(spec_args, path, inputs)
         if not isinstance(value, torch.Tensor) or dims is None:
             continue
         items = dims.items() if isinstance(dims, dict) else enumerate(dims) if isinstance(dims, (list, tuple)) else ()
@@ -131,7 +131,8 @@ class _Plan:
 
         def replace(node):
             if _is_plain_dim(node):
-                return self.dim(node.__name__, cache)
+                known = node.__name__ in self.ranges or node.__name__ in self.relations
+                return self.dim(node.__name__, cache) if known else node  # torch.export says why it fits nowhere
             if isinstance(node, dict):
                 return {k: replace(v) for k, v in node.items()}
             if isinstance(node, (list, tuple)):
@@ -294,15 +295,24 @@ def _is_plain_dim(node: Any) -> bool:
     return isinstance(node, Dim) and not hasattr(node, "root")
 
 
-def spec_at(spec: Any, path: tuple) -> Any:
-    """The dynamic_shapes entry at `path` of the inputs (None where there is none)."""
+def spec_at(spec: Any, path: tuple, value: Any = None) -> Any:
+    """The dynamic_shapes entry at `path` of the inputs `value` (None where there is none).
+    A node of the user's own type (a registered dataclass) takes a list of its children's
+    entries, as torch.export matches them; `value` says which child a key is."""
     for key in path:
         if spec is None:
             return None
+        node = pytree.SUPPORTED_NODES.get(type(value)) if value is not None else None
         if isinstance(key, pytree.SequenceKey) and isinstance(spec, (list, tuple)) and key.idx < len(spec):
             spec = spec[key.idx]
         elif isinstance(key, pytree.MappingKey) and isinstance(spec, dict):
             spec = spec.get(key.key)
+        elif node is not None and node.flatten_with_keys_fn is not None and isinstance(spec, (list, tuple)):
+            keys = [k for k, _ in node.flatten_with_keys_fn(value)[0]]
+            if key not in keys or keys.index(key) >= len(spec):
+                return None
+            spec = spec[keys.index(key)]
         else:
             return None
+        value = key.get(value) if value is not None else None
     return spec

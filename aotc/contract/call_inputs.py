@@ -15,27 +15,25 @@ the graphs' tensor inputs, and its spec (signature.json's `in_spec`) records the
 The model sees plain values again (`unwrap`, in capture's Program and wherever aotc calls
 an eager model). Containers of the user's own code (dataclasses registered with
 `torch.export.register_dataclass`, namedtuples) are written to the spec as `InputRecord`
-nodes, by type name and context (`portable`), so that a bundle loads without that code;
-a call's own container must have the same name and fields.
+nodes, by type name and context, so that a bundle loads without that code; a call's own
+container must have the same name and fields (aotc.contract.call_form, which also checks
+a user's call against the spec).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections import OrderedDict, defaultdict, deque
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from aotc._torch_compat import pytree
 from aotc.contract.outputs import NamedTupleOutput
-from aotc.errors import CaptureError, InputError
+from aotc.errors import CaptureError
 
 CONSTANT_TYPES = (bool, int, float, str, type(None))
-_TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", type(None): "None"}
+TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", type(None): "None"}
 
 
 # ----------------------------------------------------------------------- the nodes
@@ -58,7 +56,7 @@ def constant_context(value: Any) -> tuple[str, Any]:
     1 differ; a float that is not finite as its repr ('nan' equals 'nan')."""
     if isinstance(value, float) and not math.isfinite(value):
         return "float", repr(value)
-    return _TYPE_NAMES[type(value)], value
+    return TYPE_NAMES[type(value)], value
 
 
 def constant_value(context: tuple[str, Any]) -> Any:
@@ -66,9 +64,9 @@ def constant_value(context: tuple[str, Any]) -> Any:
     return float(value) if kind == "float" and isinstance(value, str) else value
 
 
-def _load_constant(dumped) -> tuple[str, Any]:
+def load_constant(dumped) -> tuple[str, Any]:
     """A Constant's context from a bundle's JSON, checked (a bundle's JSON is untrusted)."""
-    if not isinstance(dumped, list) or len(dumped) != 2 or dumped[0] not in _TYPE_NAMES.values():
+    if not isinstance(dumped, list) or len(dumped) != 2 or dumped[0] not in TYPE_NAMES.values():
         raise ValueError("a constant input is [type, value] with type bool, int, float, str or None")
     kind, value = dumped
     ok = {
@@ -130,15 +128,15 @@ def _load_record(dumped) -> tuple:
     if (not isinstance(dumped, list) or len(dumped) != 3 or dumped[0] not in ("namedtuple", "node")
             or not isinstance(dumped[1], str)):
         raise ValueError("an input record is [kind, type name, context]")
-    return dumped[0], dumped[1], _frozen(dumped[2])
+    return dumped[0], dumped[1], frozen_json(dumped[2])
 
 
-def _frozen(value):
+def frozen_json(value):
     """JSON made hashable and comparable as a TreeSpec context: lists become tuples."""
     if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
+        return tuple(frozen_json(v) for v in value)
     if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in value.items())
+        return tuple((k, frozen_json(v)) for k, v in value.items())
     return value
 
 
@@ -154,7 +152,7 @@ def _register() -> None:
     pytree.register_pytree_node(
         Constant, lambda c: ([], constant_context(c.value)), lambda _, ctx: Constant(constant_value(ctx)),
         serialized_type_name="aotc.Constant",
-        to_dumpable_context=lambda ctx: list(ctx), from_dumpable_context=_load_constant,
+        to_dumpable_context=lambda ctx: list(ctx), from_dumpable_context=load_constant,
         flatten_with_keys_fn=lambda c: ([], constant_context(c.value)),
     )
     pytree.register_pytree_node(
@@ -173,7 +171,7 @@ def _register() -> None:
 
 
 _register()
-_NODES = (Constant, IntInput, InputRecord)
+NODES = (Constant, IntInput, InputRecord)
 
 
 # ----------------------------------------------------------------------- capture side
@@ -248,8 +246,8 @@ def unwrap(tree: Any) -> Any:
     """`tree` with every node of this module replaced by the value a user passes: a
     Constant's value, an IntInput's int (a symbolic one under tracing), an InputRecord's
     container (the user's registered class when this process has it, else a stand-in)."""
-    leaves, spec = pytree.tree_flatten(tree, is_leaf=lambda x: isinstance(x, _NODES))
-    if not any(isinstance(leaf, _NODES) for leaf in leaves):
+    leaves, spec = pytree.tree_flatten(tree, is_leaf=lambda x: isinstance(x, NODES))
+    if not any(isinstance(leaf, NODES) for leaf in leaves):
         return tree
     return pytree.tree_unflatten([_value(leaf) for leaf in leaves], spec)
 
@@ -272,204 +270,13 @@ def _value(leaf: Any) -> Any:
 
 def _registered_type(type_name: str) -> type | None:
     """The pytree node class named so that this process registered (never imported here)."""
-    return next((cls for cls in pytree.SUPPORTED_NODES if _type_name(cls) == type_name), None)
+    return next((cls for cls in pytree.SUPPORTED_NODES if type_name_of(cls) == type_name), None)
 
 
-def _type_name(cls: type) -> str:
+def type_name_of(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _python_context(context):
     """register_dataclass's context is a list of lists of field names."""
     return _thawed(context)
-
-
-# ----------------------------------------------------------------------- portable specs
-
-_BUILTIN = (tuple, list, dict, OrderedDict, defaultdict, deque)
-
-
-def portable(spec: pytree.TreeSpec, where: str = "input") -> pytree.TreeSpec:
-    """`spec` with each node of the user's own types as an InputRecord (name and JSON
-    context), so that it can be written and compared without those types. A context
-    that JSON cannot hold is a CaptureError naming the type."""
-    if spec.is_leaf() or (spec.type in _BUILTIN or spec.type in _NODES or spec.type is type(None)):
-        if spec.is_leaf():
-            return spec
-        children = [portable(c, where) for c in spec.children()]
-        return spec if children == spec.children() else pytree.TreeSpec(spec.type, spec.context, children)
-    children = [portable(c, where) for c in spec.children()]
-    if spec.type is pytree.namedtuple:
-        cls = spec.context
-        context = ("namedtuple", cls.__name__, tuple(cls._fields))
-    else:
-        try:
-            dumped = json.loads(json.dumps(spec.context))
-        except (TypeError, ValueError) as e:
-            raise CaptureError(
-                f"an {where} is a {spec.type.__name__}, a pytree node whose context aotc cannot write as JSON "
-                f"({e}); pass its tensors in a dict, tuple or a dataclass registered with "
-                "torch.export.register_dataclass."
-            ) from e
-        context = ("node", _type_name(spec.type), _frozen(dumped))
-    return pytree.TreeSpec(InputRecord, context, children)
-
-
-# ----------------------------------------------------------------------- runtime side
-
-_LEAF = pytree.tree_flatten(0)[1]
-
-
-@dataclass(frozen=True)
-class Slot:
-    """What one leaf of a user's call must be: a tensor, an int (a dynamic IntInput) or a
-    constant (its spec context)."""
-
-    kind: str  # "tensor", "int" or "constant"
-    constant: tuple[str, Any] | None = None
-
-
-def _raw(spec: pytree.TreeSpec, slots: list[Slot]) -> pytree.TreeSpec:
-    if spec.type is Constant:
-        slots.append(Slot("constant", spec.context))
-        return _LEAF
-    if spec.type is IntInput:
-        slots.append(Slot("int"))
-        return _LEAF
-    if spec.is_leaf():
-        slots.append(Slot("tensor"))
-        return spec
-    return pytree.TreeSpec(spec.type, spec.context, [_raw(c, slots) for c in spec.children()])
-
-
-def _describe(context: tuple[str, Any]) -> str:
-    value = constant_value(context)
-    return repr(value)
-
-
-@dataclass(frozen=True)
-class CallForm:
-    """A bundle's inputs as a user passes them: its in_spec with every Constant and
-    IntInput as a plain leaf (`raw_spec`), and what each leaf must be. Built once at load;
-    used only when a call's spec is not the bundle's own (a call with plain values)."""
-
-    raw_spec: pytree.TreeSpec
-    slots: tuple[Slot, ...]
-    names: tuple[str, ...]  # per leaf, the user input or constant it is
-
-    @property
-    def active(self) -> bool:
-        return any(s.kind != "tensor" for s in self.slots)
-
-    @staticmethod
-    def of(in_spec: pytree.TreeSpec, tensor_names: list[str], constant_names: list[str]) -> "CallForm":
-        slots: list[Slot] = []
-        raw = _raw(in_spec, slots)
-        tensors, constants = iter(tensor_names), iter(constant_names)
-        names = tuple(next(constants, "?") if s.kind == "constant" else next(tensors, "?") for s in slots)
-        return CallForm(raw, tuple(slots), names)
-
-    def matches(self, spec: pytree.TreeSpec) -> bool:
-        return spec == self.raw_spec or (not _plain(spec) and _safe_portable(spec) == self.raw_spec)
-
-    def tensors(self, leaves: list, device: torch.device) -> list:
-        """The graphs' tensor inputs from a call's leaves (laid out as `raw_spec`): each
-        constant checked against the exported value, each int made its carrier."""
-        flat = []
-        for slot, name, value in zip(self.slots, self.names, leaves, strict=True):
-            if slot.kind == "tensor":
-                flat.append(value)
-            elif slot.kind == "int":
-                if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
-                    value = int(value)
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise InputError(
-                        f"input '{name}' is a {type(value).__name__}; the bundle takes an int there (exported "
-                        "as a dynamic size)."
-                    )
-                if value < 0:
-                    raise InputError(f"input '{name}' is {value}; the bundle takes an int of 0 or more there.")
-                flat.append(IntInput.of(value, device).carrier)
-            elif not _same_constant(value, slot.constant):
-                raise InputError(
-                    f"input '{name}' is {_shown(value)}; the bundle was exported with {name}={_describe(slot.constant)}, "
-                    "and torch.export specialized its graphs on that value. Pass "
-                    f"{_describe(slot.constant)}, or export again with the value you need (one bundle per value; "
-                    "an int can be declared dynamic in dynamic_shapes instead)."
-                )
-        return flat
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    if isinstance(value, CONSTANT_TYPES):
-        return repr(value)
-    return f"a {type(value).__name__}"
-
-
-def _same_constant(value: Any, context: tuple[str, Any]) -> bool:
-    if not isinstance(value, CONSTANT_TYPES):
-        return False
-    kind = context[0]
-    if kind == "float":  # an int that equals the float is the same number to the model
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        ok = _TYPE_NAMES[type(value)] == kind
-    return ok and constant_context(float(value) if kind == "float" else value) == context
-
-
-def _plain(spec: pytree.TreeSpec) -> bool:
-    """Whether `spec` holds builtin containers only (nothing `portable` would change)."""
-    if spec.is_leaf():
-        return True
-    return (spec.type in _BUILTIN or spec.type is type(None)) and all(_plain(c) for c in spec.children())
-
-
-def _safe_portable(spec: pytree.TreeSpec) -> pytree.TreeSpec | None:
-    try:
-        return portable(spec)
-    except CaptureError:
-        return None
-
-
-def describe_spec(spec: pytree.TreeSpec, names: list[str]) -> str:
-    """A bundle's inputs as a user would write the call: tensor inputs by name, constants
-    by value, dynamic ints as `name: int`."""
-    names = iter(names)
-
-    def show(s: pytree.TreeSpec) -> str:
-        if s.type is Constant:
-            return _describe(s.context)
-        if s.type is IntInput:
-            return f"{next(names, '?')} (int)"
-        if s.is_leaf():
-            return next(names, "?")
-        return _container(s.type, s.context, [show(c) for c in s.children()])
-
-    return show(spec)
-
-
-def describe_call(tree: Any) -> str:
-    """A call's inputs in the same words: tensors as 'tensor', other values by repr."""
-    spec = pytree.tree_flatten(tree)[1]
-    leaves = iter(pytree.tree_leaves(tree))
-
-    def show(s: pytree.TreeSpec) -> str:
-        if s.is_leaf():
-            value = next(leaves)
-            return "tensor" if isinstance(value, torch.Tensor) else _shown(value)
-        return _container(s.type, s.context, [show(c) for c in s.children()])
-
-    return show(spec)
-
-
-def _container(kind, context, parts: list[str]) -> str:
-    if kind is tuple:
-        return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
-    if kind is list:
-        return f"[{', '.join(parts)}]"
-    if kind in (dict, OrderedDict, defaultdict):
-        return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(context, parts)) + "}"
-    name = context[1] if kind is InputRecord else getattr(context, "__name__", None) or getattr(kind, "__name__", "node")
-    return f"{name}({', '.join(parts)})"

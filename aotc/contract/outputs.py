@@ -14,9 +14,14 @@ paths and are pytree nodes with a JSON-serialisable context, so `signature.json`
 | transformers `ModelOutput` | `aotc.contract.outputs.ModelOutput`: `out.logits`, `out["logits"]`, `out[0]`, `out[1:]`, `to_tuple()`, `keys()`, iteration in field order; `None` fields are not keys and read as `None` |
 | `DynamicCache`, `StaticCache` | `KVCache`: `layers[i].keys` / `.values`, `len()`, `cache[i] -> (keys, values)`, `get_seq_length()`, `to_legacy_cache()` |
 | `EncoderDecoderCache` | `EncoderDecoderKVCache`: `self_attention_cache`, `cross_attention_cache` (each a `KVCache`), `len()`, `get_seq_length()` |
+| diffusers `BaseOutput` (`UNet2DConditionOutput`, `DecoderOutput`, ...) | `ModelOutput`, as transformers' |
+| `torch.return_types`, dataclasses registered with pytree, diffusers' Gaussian | see aotc.contract.more_outputs |
 
-transformers is never imported here: a value is recognised only when the module that
-defines its class is already loaded.
+`isinstance` with the eager class holds only for `torch.return_types` (torch's own class);
+every other container is aotc's, with the eager class's name (`type_name`) and fields.
+
+transformers and diffusers are never imported here: a value is recognised only when the
+module that defines its class is already loaded.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any, Iterable
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.contract.more_outputs import PLAIN_CONTAINERS, library_output
 from aotc.errors import CaptureError
 
 
@@ -311,10 +317,11 @@ def plain_outputs(value: Any) -> Any:
     """`value` with every library object replaced by aotc's containers (see module doc)."""
     if isinstance(value, torch.Tensor) or value is None or isinstance(value, (int, float, bool, str)):
         return value
-    if isinstance(value, (ModelOutput, KVCache, EncoderDecoderKVCache, NamedTupleOutput)):
+    if isinstance(value, (ModelOutput, KVCache, EncoderDecoderKVCache, NamedTupleOutput, *PLAIN_CONTAINERS)):
         return value
     model_output = _transformers_class("ModelOutput", "transformers.utils.generic")
-    if model_output is not None and isinstance(value, model_output):
+    base_output = _transformers_class("BaseOutput", "diffusers.utils.outputs")  # diffusers' ModelOutput
+    if any(cls is not None and isinstance(value, cls) for cls in (model_output, base_output)):
         fields = [f.name for f in getattr(type(value), "__dataclass_fields__", {}).values()] or list(value.keys())
         return ModelOutput(type(value).__name__, fields, ((k, plain_outputs(v)) for k, v in value.items()))
     cache = _transformers_class("Cache", "transformers.cache_utils")
@@ -324,6 +331,9 @@ def plain_outputs(value: Any) -> Any:
             return EncoderDecoderKVCache(_cache_layers(value.self_attention_cache),
                                          _cache_layers(value.cross_attention_cache))
         return _cache_layers(value)
+    library = library_output(value, plain_outputs)  # torch.return_types, dataclasses, diffusers' Gaussian
+    if library is not None:
+        return library
     if _is_namedtuple(value):
         return NamedTupleOutput(type(value).__name__, tuple(type(value)._fields), (plain_outputs(v) for v in value))
     if isinstance(value, tuple):

@@ -48,6 +48,8 @@ class TrainingGraphs:
         tangent_outputs = []
         backward_inputs = []
         for slot in bw.inputs:
+            if slot.role == "constant":
+                continue  # passed by the graph wrapper (runtime.loaded_program.with_constants)
             if slot.role == "saved":
                 backward_inputs.append(("saved", slot.index))
             else:

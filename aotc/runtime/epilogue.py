@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from aotc.bundle.schema import GraphSignature, ProgramMeta
+from aotc.contract.call_inputs import constant_value
 from aotc.errors import InputError
 
 _PLAIN = {"non_alias", "unsafe_view_alias", "custom_function_view"}
@@ -31,8 +32,8 @@ class Mutation:
 
 @dataclass(frozen=True)
 class OutputPlan:
-    output: int  # position among graph outputs
-    kind: str
+    output: int  # position among graph outputs (-1 for a constant)
+    kind: str  # the output type; "constant" and "scalar" for outputs that are not tensors
     base_idx: int | None
     view_offset: int | None
     same_as: int | None = None  # the same tensor as user output `same_as`
@@ -82,13 +83,18 @@ class Epilogue:
         user = {s.index: i for i, s in enumerate(signature.outputs) if s.role in ("user_output", "loss")}
         self.outputs = [
             OutputPlan(
-                user[o.index], o.output_type, o.base_idx, o.view_offset, o.same_as_output, o.view_of_output,
+                -1 if o.constant is not None else user[o.index],
+                "constant" if o.constant is not None else "scalar" if o.scalar is not None else o.output_type, o.base_idx, o.view_offset, o.same_as_output, o.view_of_output,
                 o.requires_grad, meta.inputs[o.base_idx].requires_grad if o.output_type == "alias_of_input" else None,
                 *((tuple(o.tensor.shape), tuple(o.tensor.stride), _static_stride(meta, o))
                   if o.tensor and not o.tensor.dynamic_dims else ()),
             )
             for o in meta.outputs
         ]
+        # outputs that are not tensors: constants the model returns, numbers the graph returns as 0-d tensors
+        self._constants = [(i, constant_value((o.constant.type, o.constant.value)))
+                           for i, o in enumerate(meta.outputs) if o.constant is not None]
+        self._scalars = [(i, p.output) for i, p in enumerate(self.outputs) if p.kind == "scalar"]
         self.bases = [i for i, s in enumerate(signature.outputs) if s.role == "intermediate_base"]
         self.grad_enabled_mutation = meta.grad_enabled_mutation
         # built once: plain outputs taken as they are, then aliases in dependency order (an
@@ -96,7 +102,8 @@ class Epilogue:
         self._plain = [(i, p.output) for i, p in enumerate(self.outputs) if p.kind in _PLAIN]
         self._aliases = [
             (i, p) for i, p in sorted(enumerate(self.outputs), key=lambda ip: _depends_on_outputs(ip[1]))
-            if p.kind not in _PLAIN or p.same_as is not None or p.view_of is not None
+            if (p.kind not in _PLAIN or p.same_as is not None or p.view_of is not None)
+            and p.kind not in ("constant", "scalar")
         ]
         self.trivial = (
             not self.mutations
@@ -129,6 +136,10 @@ class Epilogue:
         results: list = [None] * len(self.outputs)
         for i, output in self._plain:
             results[i] = outs[output]
+        for i, value in self._constants:
+            results[i] = value
+        for i, output in self._scalars:
+            results[i] = outs[output].item()
         for i, plan in self._aliases:
             raw = outs[plan.output]
             if plan.kind == "is_input":

@@ -17,8 +17,9 @@ from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
 from aotc.contract.aliasing import StrideGuard, dense_strides
 from aotc.contract.ambient import AmbientGuard, check_inference_grad, check_traced_without_grad
-from aotc.contract.call_inputs import CallForm, describe_call, describe_spec
+from aotc.contract.call_form import CallForm, describe_call, describe_spec
 from aotc.contract.optimizers import for_module
+from aotc.contract.more_outputs import needs_finish, unflatten_outputs
 from aotc.contract.outputs import load_spec
 from aotc.errors import AotcError, FrozenWeightsError, GraphRunError, InputError, ModeError
 from aotc.runtime.autograd_fn import GraphFunction, TrainingGraphs, with_refusing_history
@@ -85,6 +86,8 @@ class LoadedModule(nn.Module):
         plain = pytree.tree_flatten((tuple(range(len(sig.user_inputs))), {}))[1]
         self._plain_arity = len(sig.user_inputs) if plain == self._in_spec else -1
         self._out_spec = load_spec(sig.out_spec)
+        # torch.return_types and dataclass outputs are rebuilt as the caller's classes
+        self._unflatten_out = unflatten_outputs if needs_finish(self._out_spec) else pytree.tree_unflatten
         self._out_is_leaf = self._out_spec.is_leaf()
         n_out = self._out_spec.num_leaves
         self._out_is_tuple = self._out_spec == pytree.tree_flatten(tuple(range(n_out)))[1]
@@ -147,7 +150,7 @@ class LoadedModule(nn.Module):
         if guard.mutated and not all(_dense(t) for t in examples):
             return None  # FastPath's overlap test takes each input's memory as [data_ptr, + nbytes)
         dynamic = [(i, d, symbol, lo, hi) for i, c in enumerate(self._checks) for d, (symbol, lo, hi) in c.dynamic.items()]
-        plans, spec = epilogue.outputs, self._out_spec
+        plans, spec, unflatten = epilogue.outputs, self._out_spec, self._unflatten_out
         if not epilogue.trivial:
             def finish(primals, outs, args):
                 return self._unflatten(epilogue.apply(primals, outs, args))
@@ -158,7 +161,7 @@ class LoadedModule(nn.Module):
                 return outs[position]
         else:
             def finish(primals, outs, args):
-                return pytree.tree_unflatten([outs[p.output] for p in plans], spec)
+                return unflatten([outs[p.output] for p in plans], spec)
         return FastPath(run, examples, layouts, dynamic, program._state, guard.mutated, finish,
                         keeps_primals=not epilogue.trivial)
 
@@ -216,7 +219,7 @@ class LoadedModule(nn.Module):
             return outputs[0]
         if self._out_is_tuple:  # the common case, without pytree's walk
             return tuple(outputs)
-        return pytree.tree_unflatten(outputs, self._out_spec)
+        return self._unflatten_out(outputs, self._out_spec)
 
     def forward(self, *args, **kwargs):
         program = self._program_for_call()
@@ -303,7 +306,7 @@ class LoadedModule(nn.Module):
         if epilogue.trivial and self._subclasses is None:
             if self._out_is_leaf:
                 return outs[epilogue.outputs[0].output]
-            return pytree.tree_unflatten([outs[p.output] for p in epilogue.outputs], self._out_spec)
+            return self._unflatten_out([outs[p.output] for p in epilogue.outputs], self._out_spec)
         return self._unflatten(epilogue.apply(primals, list(outs), flat))
 
     def _anchor(self) -> torch.Tensor | None:

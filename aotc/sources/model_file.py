@@ -243,17 +243,21 @@ class FunctionModule(torch.nn.Module):
 
 
 def forward_arg_names(model: torch.nn.Module, args: tuple, kwargs: dict) -> list[str]:
-    """Names of forward's positional parameters for `args` (`arg0`... when unknown)."""
+    """Names of forward's positional parameters for `args`: `args[0]`... for those a
+    `*args` parameter gathers, `arg0`... when forward's signature is unknown."""
     target = model.fn if isinstance(model, FunctionModule) else model.forward
     try:
         params = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):
         params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
     names = []
     for i in range(len(args)):
-        p = params[i] if i < len(params) else None
-        if p is None or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            names.append(f"arg{i}")
+        if i < len(positional):
+            names.append(positional[i].name)
+        elif var is not None:  # gathered by *args: named as forward reads them
+            names.append(f"{var.name}[{i - len(positional)}]")
         else:
-            names.append(p.name)
+            names.append(f"arg{i}")
     return names

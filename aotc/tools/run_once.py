@@ -20,7 +20,9 @@ from safetensors.torch import load_file
 
 from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
+from aotc.bundle.schema import UserInput
 from aotc.bundle.signing import require_signature
+from aotc.contract.call_inputs import IntInput
 from aotc.contract.outputs import load_spec
 from aotc.contract.subclasses import named_plain
 from aotc.errors import AotcError, InputError
@@ -63,8 +65,10 @@ def describe(name: str, value) -> dict:
     return info
 
 
-def read_inputs(path: Path, names: list[str], in_spec):
-    """A safetensors file holding one tensor per input name, as the model's inputs."""
+def read_inputs(path: Path, user_inputs: list[UserInput], in_spec):
+    """A safetensors file holding one tensor per input name, as the model's inputs (an
+    int input declared dynamic as a 0-d integer tensor; constants are the bundle's)."""
+    names = [u.name for u in user_inputs]
 
     try:
         tensors = load_file(str(path))
@@ -77,7 +81,16 @@ def read_inputs(path: Path, names: list[str], in_spec):
             f"the inputs file '{path}' must hold one tensor per input, named {', '.join(names)}; "
             f"missing: {', '.join(missing) or 'none'}; unexpected: {', '.join(extra) or 'none'}."
         )
-    return pytree.tree_unflatten([tensors[n] for n in names], in_spec)
+    flat = []
+    for u in user_inputs:
+        t = tensors[u.name]
+        if u.kind == "int":
+            if t.dim() != 0 or t.is_floating_point() or t.is_complex() or int(t) < 0:
+                raise InputError(f"the inputs file '{path}' holds '{u.name}' as a tensor of shape {tuple(t.shape)} "
+                                 f"and dtype {t.dtype}; it is an int input: give it as a 0-d integer tensor >= 0.")
+            t = IntInput.of(int(t)).carrier
+        flat.append(t)
+    return pytree.tree_unflatten(flat, in_spec)
 
 
 def run_bundle(path: str | Path, *, inputs: Path | None = None, backend: str = "auto", device: str = "cpu",
@@ -98,9 +111,8 @@ def run_bundle(path: str | Path, *, inputs: Path | None = None, backend: str = "
     module = load(path, backend=backend, device=device, mode=mode, trusted_subclasses=trusted, public_keys=public_keys)
     load_s = time.perf_counter() - t0
     in_spec = load_spec(info.signature.in_spec)
-    names = [u.name for u in info.signature.user_inputs]
     if inputs:
-        args, kwargs = caller_inputs(info, read_inputs(inputs, names, in_spec), trusted)
+        args, kwargs = caller_inputs(info, read_inputs(inputs, info.signature.user_inputs, in_spec), trusted)
         args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.to(module.device), (args, kwargs))
     else:
         args, kwargs = caller_inputs(info, random_inputs(info.metadata, in_spec, seed=seed, device=module.device),

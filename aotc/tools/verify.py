@@ -31,7 +31,7 @@ from aotc.bundle.files import Bundle
 from aotc.bundle.signing import check_signature, require_signature, signed_root
 from aotc.contract.aliasing import StrideGuard, dense_strides, realias
 from aotc.contract.outputs import load_spec
-from aotc.errors import AotcError, BundleError, CaptureError
+from aotc.errors import AotcError, BundleError, CaptureError, InputError, InternalError
 from aotc.runtime.inputs import random_inputs
 from aotc.runtime.regional import RegionalBundle, apply, is_regional
 from aotc.runtime.subclasses import caller_inputs
@@ -198,11 +198,19 @@ def replay_fresh(root: Path, model_name: str) -> None:
     training graphs every gradient); else CaptureError. What eager runs, a bundle runs
     too, or it is refused here and not first at a user's call."""
 
-    bundle = Bundle.open(root)
-    golden = _golden(bundle)
+    try:
+        bundle = Bundle.open(root)
+        golden = _golden(bundle)
+        inputs = _golden_inputs(bundle, golden)
+    except (BundleError, InputError) as e:  # a bundle aotc just wrote: never the user's to fix
+        raise InternalError(f"aotc's check of the bundle it is writing failed: {e} This is a bug in aotc; "
+                            "please report it.") from e
     try:
         # export's own bundle, not yet signed: no signature to ask for, whatever AOTC_PUBLIC_KEYS says
-        actual = run_artifact(bundle, "fx", "cpu", _golden_inputs(bundle, golden), golden, public_keys=())
+        actual = run_artifact(bundle, "fx", "cpu", inputs, golden, public_keys=())
+    except (BundleError, InputError) as e:
+        raise InternalError(f"the bundle aotc is writing for {model_name} does not load or take its own example "
+                            f"inputs: {e} This is a bug in aotc; please report it.") from e
     except AotcError as e:
         raise CaptureError(f"the bundle of {model_name} fails when run on the example inputs: {e}") from e
     failed = [c for c in compare("fx", golden, actual, bundle.manifest.tolerances, None) if not c.passed]
