@@ -304,8 +304,13 @@ def function_apply(cls) -> Callable:
 
 
 def is_custom_function_node(node) -> bool:
-    """An autograd graph node made by a Python torch.autograd.Function's apply."""
-    return isinstance(node, torch.autograd.function.BackwardCFunction)
+    """An autograd graph node made by a user's torch.autograd.Function. torch's control
+    flow (cond, while_loop, scan, map) runs through Functions of its own, whose backward
+    torch.export and AOTAutograd trace as higher-order ops: those are not custom."""
+    if not isinstance(node, torch.autograd.function.BackwardCFunction):
+        return False
+    forward_cls = getattr(node, "_forward_cls", None)
+    return not getattr(forward_cls, "__module__", "").startswith("torch._higher_order_ops")
 
 
 def functorch_active() -> bool:

@@ -186,7 +186,12 @@ def compile_graph(program, example_inputs: list, package_path: Path, configs: di
         raise
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise AotcError(f"AOTInductor could not compile the graph: {type(e).__name__}: {first}") from e
+        hint = ""
+        if "while_loop_stack_output" in first:  # torch 2.13: AOTInductor has no C++ for while_loop's saved steps
+            hint = (" torch's AOTInductor cannot compile a while_loop that is differentiated (its forward saves "
+                    "every iteration); this bundle runs on the fx backend (aotc.load(..., backend='fx')), or "
+                    "export an inference graph to compile.")
+        raise AotcError(f"AOTInductor could not compile the graph: {type(e).__name__}: {first}.{hint}") from e
     finally:
         program.example_inputs = None
 

@@ -130,15 +130,29 @@ def export_dynamic_shapes(vals: list[Any], size_inputs: frozenset[int] = frozens
 def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str,
              size_inputs: frozenset[int] = frozenset()) -> ExportedProgram:
     try:
-        return torch.export.export(
+        program = torch.export.export(
             fn, tuple(example_inputs), dynamic_shapes=export_dynamic_shapes(fake_vals, size_inputs), strict=False
         )
+        _hop_outputs_as_tuples(program.graph_module)
+        return program
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CaptureError(
             f"the captured {kind} graph could not be exported as a flat program: "
             f"{type(e).__name__}: {first}"
         ) from e
+
+
+def _hop_outputs_as_tuples(gm: torch.fx.GraphModule) -> None:
+    """A control-flow op (cond, while_loop) traced by AOTAutograd records its outputs as a
+    list, which torch.export's serializer takes for one output it cannot write; it writes
+    a tuple. Only the metadata changes."""
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if isinstance(node.target, torch._ops.HigherOrderOperator) and isinstance(node.meta.get("val"), list):
+                node.meta["val"] = tuple(node.meta["val"])
 
 
 # ------------------------------------------------- where each op came from
