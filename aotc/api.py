@@ -21,6 +21,7 @@ from aotc.capture.inputs import bind_call
 from aotc.capture.optimizer_step import fuse_optimizer
 from aotc.contract import optimizers
 from aotc.contract.call_inputs import unwrap
+from aotc.contract.loss_inputs import LossOverInputs
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.export_writer import Check, Contents, PhaseCallback, write_bundle
 from aotc.sources.model_file import FunctionModule, _split_inputs
@@ -66,14 +67,18 @@ def export(
     loss: Callable[..., torch.Tensor] | None = None,
     dynamic_shapes: Any = None,
     *,
+    loss_inputs: Sequence[Any] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     options: ExportOptions | None = None,
     **settings: Any,
 ) -> Bundle:
     """Capture `model` on `example_inputs` and write a bundle to `out`.
 
-    `graphs` is ("inference",), ("joint",) or ("forward", "backward"); training graphs
-    need `loss(outputs, *inputs)` for "joint". A joint graph can carry `optimizer` (a
+    `graphs` is ("inference",), ("joint",) or ("forward", "backward"); a joint graph
+    needs `loss(outputs, *inputs)`, or with `loss_inputs` (targets, labels: inputs the
+    model does not take) `loss(outputs, *loss_inputs)`, as in `loss_fn(model(x), y)`; the
+    bundle's `train_step` then takes the model's inputs followed by the loss inputs,
+    `train_step(x, y)`. A joint graph can carry `optimizer` (a
     torch.optim.SGD or AdamW over the model's parameters, see aotc.contract.optimizers): then
     `train_step` runs loss, gradients and the update in one graph, as
     `loss.backward(); optimizer.step(); optimizer.zero_grad()`. `assets` (path in the bundle -> file) are
@@ -90,6 +95,8 @@ def export(
     module = model if isinstance(model, torch.nn.Module) else FunctionModule(model)
     args, kwargs = _split_inputs(example_inputs, "example_inputs")
     mode = mode_for_graphs(graphs)
+    if loss_inputs is not None:
+        args, loss = _with_loss_inputs(mode, args, loss, loss_inputs)
     fused = None
     if optimizer is not None:  # refused before seconds of tracing
 
@@ -100,7 +107,7 @@ def export(
         fused = (info, optimizers.initial_state(info, optimizer, module))
     # inputs that are not tensors become constants (or symbolic ints) of the call: from
     # here on every flat input is a tensor (aotc.contract.call_inputs)
-    call = bind_call(module, args, kwargs, dynamic_shapes)
+    call = bind_call(module, args, kwargs, dynamic_shapes, loss if mode == "joint" else None)
     args, kwargs = call.args, call.kwargs
     capture_options = CaptureOptions(mode=mode, partitioner=o.partitioner, train=o.train,
                                      dynamic_shapes=call.dynamic_shapes)
@@ -129,6 +136,19 @@ def export(
     return write_bundle(captured, module, args, kwargs, out, Contents(mode, info, loss, o.assets), force=o.force,
                         on_phase=o.on_phase,
                         check=export_checks(captured, module, args, kwargs, mode, loss, o.on_phase))
+
+
+def _with_loss_inputs(mode: str, args: tuple, loss, loss_inputs) -> tuple[tuple, LossOverInputs]:
+    """The training call's inputs (the model's, then the loss's) and its loss."""
+    if mode != "joint":
+        raise AotcError("loss_inputs= feeds the loss of a joint graph (graphs=(\"joint\",)); a forward+backward "
+                        "bundle returns the model's outputs, and your loss takes its inputs in your code.")
+    if loss is None:
+        raise AotcError("loss_inputs= are the inputs of a loss: pass loss=, called as loss(outputs, *loss_inputs).")
+    if isinstance(loss_inputs, torch.Tensor) or not isinstance(loss_inputs, (tuple, list)) or not loss_inputs:
+        raise AotcError(f"loss_inputs= is a {type(loss_inputs).__name__}; give a tuple of the loss's inputs, e.g. "
+                        "loss_inputs=(targets,).")
+    return (*args, *loss_inputs), LossOverInputs(loss, len(loss_inputs))
 
 
 def _options(options: ExportOptions | None, settings: dict[str, Any]) -> ExportOptions:

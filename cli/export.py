@@ -205,6 +205,7 @@ def run_export(phases: Phases, model: str, options: ExportOptions):
         warnings.simplefilter("ignore", RangeNarrowedWarning)
         bundle = api.export(
             spec.module, (spec.args, spec.kwargs), target, graphs=graphs, loss=spec.loss,
+            loss_inputs=spec.loss_inputs if "joint" in graphs else None,
             dynamic_shapes=merge_dynamic(spec.dynamic_shapes, cli_dims, static_dims),
             optimizer=build_optimizer(o, spec.module), options=settings,
         )

@@ -90,7 +90,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
             "tensor in the model file (or pass loss= to aotc.export)."
         )
 
-    user_names, user_paths = flat_user_names(model, args, kwargs)
+    user_names, user_paths = flat_user_names(model, args, kwargs, loss if options.mode == "joint" else None)
     flat_user, in_spec = pytree.tree_flatten((args, kwargs))
     check_tensors(model, flat_user, user_names)
     plan = subclasses.plan(model, flat_user, user_names, in_spec)
@@ -197,7 +197,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         # torch.export inlines a custom Function's forward: its own backward would be lost
         raise _Disagreement([f"custom autograd.Functions {', '.join(custom)} lose their backward in torch.export"])
     # names of the inputs torch.export takes (with tensor subclasses, the outer ones)
-    arg_names = flat_user_names(ctx.model, c_args, c_kwargs)[0]
+    arg_names = flat_user_names(ctx.model, c_args, c_kwargs, program.loss)[0]
     try:
         # torch.export makes each input a tensor of its own; AOTAutograd keeps their aliasing
         ep, narrowings = None, []

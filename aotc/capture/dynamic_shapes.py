@@ -32,15 +32,18 @@ class ProgramShapes:
     kwargs: dict
 
 
-def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
+def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any, loss_names: list[str] = ()) -> Any:
     """The user's dynamic_shapes, written against the model's forward as torch.export
     documents it (a dict keyed by forward's parameter names, or a tuple in their order;
     a `*args` or `**kwargs` parameter takes a tuple or dict of its own), for Program,
-    whose forward is `(*args, **kwargs)`."""
+    whose forward is `(*args, **kwargs)`. `loss_names` name the last positional inputs,
+    which only the loss reads (aotc.contract.loss_inputs): the spec may name them too."""
     if spec is None:
         return None
     if isinstance(spec, ProgramShapes):
         return {"args": spec.args, "kwargs": spec.kwargs}
+    if loss_names:
+        return _with_loss_inputs(model, args, kwargs, spec, list(loss_names))
     target = model.fn if isinstance(model, FunctionModule) else model.forward
     try:
         bound = inspect.signature(target).bind(*args, **kwargs)
@@ -94,6 +97,24 @@ def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any) -> Any:
             kw_specs[key] = (spec.get(var_kw) or {}).get(key) if var_kw else spec.get(key)
     # torch.export binds these to Program.forward(*args, **kwargs): an empty group has no key
     return {"args": tuple(arg_specs), "kwargs": kw_specs}
+
+
+def _with_loss_inputs(model, args: tuple, kwargs: dict, spec: Any, loss_names: list[str]) -> dict:
+    """user_dynamic_shapes for a call whose last positional inputs only the loss reads:
+    a dict spec may name them, a tuple spec may end with their entries."""
+    n = len(loss_names)
+    model_args, loss_spec = args[: len(args) - n], [None] * n
+    if isinstance(spec, dict):
+        loss_spec = [spec.get(name) for name in loss_names]
+        spec = {k: v for k, v in spec.items() if k not in loss_names}
+    elif isinstance(spec, (list, tuple)) and len(spec) > n:
+        try:  # model inputs, then the loss inputs
+            model_spec = user_dynamic_shapes(model, model_args, kwargs, spec[: len(spec) - n])
+            return {"args": (*model_spec["args"], *spec[len(spec) - n:]), "kwargs": model_spec["kwargs"]}
+        except CaptureError:
+            pass  # the model's inputs alone
+    model_spec = user_dynamic_shapes(model, model_args, kwargs, spec)
+    return {"args": (*model_spec["args"], *loss_spec), "kwargs": model_spec["kwargs"]}
 
 
 def declared_ranges(ep: ExportedProgram) -> dict[str, tuple[int, int | None]]:

@@ -12,6 +12,7 @@ from aotc.bundle.schema import ConstantInput
 from aotc.capture.dynamic_shapes import ProgramShapes, user_dynamic_shapes
 from aotc.capture.ranges import spec_at
 from aotc.contract import call_inputs
+from aotc.contract.loss_inputs import LossOverInputs, model_args
 from aotc.contract.subclasses import check_capturable, is_subclass
 from aotc.errors import CaptureError
 from aotc.sources.model_file import forward_arg_names
@@ -29,12 +30,13 @@ class BoundCall:
     constants: list[ConstantInput]
 
 
-def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any) -> BoundCall:
+def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any, loss=None) -> BoundCall:
     """`model(*args, **kwargs)`'s inputs as capture takes them: an int with a Dim in
     `dynamic_shapes` becomes a symbolic size, every other non-tensor input a constant."""
-    names, paths = flat_user_names(model, args, kwargs)
+    names, paths = flat_user_names(model, args, kwargs, loss)
     leaves = pytree.tree_leaves((args, kwargs))
-    spec = user_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+    extra = loss.input_names() if isinstance(loss, LossOverInputs) else []
+    spec = user_dynamic_shapes(model, args, kwargs, dynamic_shapes, extra)
     spec_args = None if spec is None else (*spec["args"], *spec["kwargs"].values())
     flat_inputs = pytree.tree_flatten_with_path((*args, *kwargs.values()))[0]
     dynamic_ints = {
@@ -55,9 +57,12 @@ def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any) -> BoundCal
     return BoundCall(b_args, b_kwargs, shapes, constants)
 
 
-def flat_user_names(model, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:
-    """Readable name and pytree path of every flat user input."""
-    arg_names = forward_arg_names(model, args, kwargs)
+def flat_user_names(model, args: tuple, kwargs: dict, loss=None) -> tuple[list[str], list[str]]:
+    """Readable name and pytree path of every flat user input (the inputs a `loss` reads
+    of its own, aotc.contract.loss_inputs, named as the loss names them)."""
+    arg_names = forward_arg_names(model, model_args(loss, args), kwargs)
+    if isinstance(loss, LossOverInputs):
+        arg_names += loss.input_names()
     leaves, _ = pytree.tree_flatten_with_path((args, kwargs))
     names, paths = [], []
     for path, _ in leaves:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from aotc.contract.call_inputs import unwrap
+from aotc.contract.loss_inputs import model_args
 from aotc.contract.outputs import plain_outputs
 
 
@@ -28,7 +29,7 @@ class Program(torch.nn.Module):
             split = len(args) - len(self.keywords)
             args, kwargs = args[:split], dict(zip(self.keywords, args[split:]), **kwargs)
         args, kwargs = unwrap((args, kwargs))  # constants and ints as the model takes them
-        out = self.model(*args, **kwargs)
+        out = self.model(*model_args(self.loss, args), **kwargs)  # a loss may read inputs of its own
         if self.loss is None:
             return plain_outputs(out)
         return self.loss(out, *args, **kwargs)

@@ -1,7 +1,8 @@
 """Model files: the convention `aotc export model.py` reads.
 
 A model file defines `build_model()` (or another factory named with `--entry`),
-`example_inputs()`, and optionally `loss(outputs, *inputs)`, `dynamic_shapes` and
+`example_inputs()`, and optionally `loss(outputs, *inputs)` (with `loss_inputs()`, the
+inputs only the loss reads: then `loss(outputs, *loss_inputs)`), `dynamic_shapes` and
 `CHECKPOINT`. `package.module:factory` names a factory in an importable module instead.
 Every mistake is reported as one `ModelFileError` paragraph naming the file.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from aotc.contract.loss_inputs import LossOverInputs
 from aotc.errors import ModelFileError
 from aotc.sources import hf_folder as hf
 from aotc.sources.checkpoint import apply_checkpoint
@@ -48,6 +50,14 @@ class ModelSpec:
     checkpoint: Path | None = None
     task: str | None = None  # Hugging Face folders: the task the model was built for
     assets: dict[str, Path] = field(default_factory=dict)  # files copied into the bundle as they are
+    # inputs only the loss reads (targets): then loss(outputs, *loss_inputs) (aotc.contract.loss_inputs)
+    loss_inputs: tuple | None = None
+
+    def training_loss(self):
+        """The loss as a joint bundle's training call takes it (inputs, then loss inputs)."""
+        if self.loss is None or not self.loss_inputs:
+            return self.loss
+        return LossOverInputs(self.loss, len(self.loss_inputs))
 
 
 def _import_path(path: Path) -> ModuleType:
@@ -178,6 +188,7 @@ def load_model(
     loss = getattr(module, "loss", None)
     if loss is not None and not callable(loss):
         raise ModelFileError(f"'loss' in '{where}' is a {type(loss).__name__}, not a function.")
+    loss_inputs = _loss_inputs(module, loss, where)
 
     ckpt_path = None
     if checkpoint is not None:
@@ -196,7 +207,27 @@ def load_model(
         loss=loss,
         dynamic_shapes=getattr(module, "dynamic_shapes", None),
         checkpoint=ckpt_path,
+        loss_inputs=loss_inputs,
     )
+
+
+def _loss_inputs(module: ModuleType, loss, where: str) -> tuple | None:
+    """`loss_inputs()`: the example inputs only the loss reads (targets), as a tuple."""
+    fn = getattr(module, "loss_inputs", None)
+    if fn is None:
+        return None
+    if not callable(fn):
+        raise ModelFileError(f"'loss_inputs' in '{where}' is a {type(fn).__name__}, not a function.")
+    if loss is None:
+        raise ModelFileError(f"Model file '{where}' defines loss_inputs() but no loss(outputs, *loss_inputs) to "
+                             "take them. Define loss, or drop loss_inputs.")
+    value = _call(fn, "loss_inputs", where)
+    if isinstance(value, torch.Tensor):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not value:
+        raise ModelFileError(f"loss_inputs() in '{where}' returned a {type(value).__name__}; expected a tuple of "
+                             "the loss's inputs (targets), e.g. (labels,).")
+    return tuple(value)
 
 
 def _load_folder(target: str, task: str | None, entry, checkpoint) -> ModelSpec:

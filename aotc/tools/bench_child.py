@@ -63,7 +63,7 @@ def _eager(spec: dict):
         from aotc.sources.model_file import load_model
 
         loaded = load_model(spec["source"])
-        return loaded.module, loaded.loss
+        return loaded.module, loaded.training_loss()
     from aotc.bundle.files import Bundle
     from aotc.tools.rebuild import eager_from_bundle
 
@@ -76,6 +76,7 @@ def _model_step(spec: dict, device):
     import torch
 
     from aotc._torch_compat import pytree
+    from aotc.contract.loss_inputs import model_args
 
     variant, train = spec["variant"], spec["train"]
     regional = spec.get("regional", False)
@@ -99,7 +100,7 @@ def _model_step(spec: dict, device):
         if train and not joint and spec["source"]:
             from aotc.sources.model_file import load_model
 
-            loss_fn = load_model(spec["source"]).loss
+            loss_fn = load_model(spec["source"]).training_loss()
     else:
         model, loss_fn = _eager(spec)
         model = model.to(device).train(train)
@@ -129,7 +130,7 @@ def _model_step(spec: dict, device):
             if optimizer is None:  # the bundle's graph ran the optimizer
                 return loss
         else:
-            out = call(*args, **kwargs)
+            out = call(*model_args(loss_fn, args), **kwargs)  # a loss may read inputs of its own
             loss = loss_fn(out, *args, **kwargs) if loss_fn else sum(o.float().sum() for o in pytree.tree_leaves(out))
             loss.backward()
         optimizer.step()

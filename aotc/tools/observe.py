@@ -21,6 +21,7 @@ import torch
 from aotc._torch_compat import pytree
 from aotc.contract.aliasing import clone_like
 from aotc.contract.call_inputs import unwrap
+from aotc.contract.loss_inputs import model_args
 from aotc.contract.outputs import plain_outputs
 from aotc.contract.subclasses import dense_leaves, is_subclass, named_plain
 from aotc.errors import BundleError
@@ -115,7 +116,7 @@ def _observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given, device
             seen[LOSS] = model.train_step(*args, **kwargs)
             optimizer = model.optimizer
         else:
-            loss = loss_fn(model(*args, **kwargs), *args, **kwargs)
+            loss = loss_fn(model(*model_args(loss_fn, args), **kwargs), *args, **kwargs)
             loss.backward()
             seen[LOSS] = loss
             if optimizer is not None:

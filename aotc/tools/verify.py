@@ -326,7 +326,7 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
     for a bundle exported from a Hugging Face folder, the one its hf/config.json builds."""
     if source:
         spec = load_model(source, checkpoint=checkpoint)
-        model, loss = spec.module, spec.loss
+        model, loss = spec.module, spec.training_loss()
     else:  # exported from a Hugging Face folder: its config and weights are in the bundle
         model, loss = eager_from_bundle(bundle), None
     if source and bundle.manifest.generation is not None:

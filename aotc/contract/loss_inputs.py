@@ -1,0 +1,53 @@
+"""Inputs only the loss reads (targets, labels, masks): `loss_fn(model(x), y)` in one graph.
+
+People train with `loss_fn(model(x), y)`: the model never sees `y`. A joint bundle's
+graph takes both, so that `train_step(x, y)` is one call; aotc.export takes them apart
+(`loss_inputs=`, or `loss_inputs()` in a model file) and calls the model on its inputs
+and the loss on the outputs and the loss inputs. `LossOverInputs` carries that split
+wherever aotc calls an eager model with its loss (capture, references, verify, bench):
+the training call's last `count` positional inputs are the loss's.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+
+
+class LossOverInputs:
+    """`fn(outputs, *loss_inputs)`, called as a training call's loss: `(outputs, *inputs,
+    **keywords)` with the loss inputs the last `count` positional inputs."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], count: int):
+        if count < 1:
+            raise ValueError("a loss over inputs takes at least one of them")
+        self.fn, self.count = fn, count
+
+    def __call__(self, outputs, *args, **kwargs) -> torch.Tensor:
+        return self.fn(outputs, *args[len(args) - self.count:])
+
+    def model_args(self, args: tuple) -> tuple:
+        """The positional inputs the model takes: all but the loss's."""
+        return tuple(args[: len(args) - self.count])
+
+    def input_names(self) -> list[str]:
+        """The loss inputs' names, from the loss's own parameters after the outputs
+        (`F.cross_entropy` -> `target`), else `loss_inputs[i]`."""
+        try:
+            params = list(inspect.signature(self.fn).parameters.values())[1:]
+        except (TypeError, ValueError):
+            params = []
+        names = []
+        for i in range(self.count):
+            p = params[i] if i < len(params) else None
+            plain = p is not None and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            names.append(p.name if plain else f"loss_inputs[{i}]")
+        return names
+
+
+def model_args(loss, args: tuple) -> tuple:
+    """The positional inputs of a call that go to the model (all of them, unless `loss`
+    reads some of its own)."""
+    return loss.model_args(args) if isinstance(loss, LossOverInputs) else args
