@@ -191,6 +191,20 @@ def aoti_package_loader(path: str, device_index: int, workdir: str):
     return loader
 
 
+def fake_mode_tracing(program):
+    """A tracing context holding the fake mode of `program` (an ExportedProgram), for an
+    AOTAutograd trace whose inputs carry none (a program that takes no tensors): AOTAutograd
+    would make a fake mode of its own, which refuses the real constants torch.export lifted."""
+    from torch._guards import TracingContext, tracing  # capture only
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv  # capture only
+
+    mode = next((n.meta["val"].fake_mode for n in program.graph.nodes if hasattr(n.meta.get("val"), "fake_mode")),
+                None)
+    if mode is None:  # no tensor at all: a mode as torch.export's, with sizes for .item()
+        mode = _private("FakeTensorMode")(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    return tracing(TracingContext(mode))
+
+
 @contextlib.contextmanager
 def eager_dropout():
     """Trace `aten.dropout` as eager runs it.

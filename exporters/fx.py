@@ -14,7 +14,7 @@ import torch
 from torch.export.passes import move_to_device_pass
 
 from aotc.bundle.files import BundleWriter
-from aotc.errors import AotcError
+from aotc.errors import AotcError, CaptureError
 
 if TYPE_CHECKING:
     from aotc.capture import Capture, CapturedGraph
@@ -60,7 +60,15 @@ def write(capture: Capture, writer: BundleWriter) -> None:
         graph.program.example_inputs = None
         for node in graph.program.graph.nodes:
             node.meta.pop("stack_trace", None)
-        torch.export.save(graph.program, str(writer.path(pt2)))
+        try:
+            torch.export.save(graph.program, str(writer.path(pt2)))
+        except Exception as e:  # torch's serializer: it refuses the same program from torch.export.export
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise CaptureError(
+                f"torch.export.save cannot write the captured {kind} graph ({type(e).__name__}: {first}); a bundle "
+                "holds its graphs as torch.export saves them, and torch.export.save refuses this program (it refuses "
+                "the program torch.export.export gives too). Rewrite the part of the model named there."
+            ) from e
         writer.path(py).write_text(_code(graph), encoding="utf-8")
         writer.add(pt2, "graph", graph=kind)
         writer.add(py, "graph_code", graph=kind)

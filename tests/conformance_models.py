@@ -90,8 +90,13 @@ def _seq2seq(b: int, s: int) -> dict[str, Tensor]:
     return out
 
 
-def _pixels(b: int, s: int) -> dict[str, Tensor]:
-    return {"pixel_values": torch.randn(b, 3, 32, 32, generator=_gen(b, s))}
+def _pixels(b: int, s: int, name: str = "pixel_values") -> dict[str, Tensor]:
+    return {name: torch.randn(b, 3, 32, 32, generator=_gen(b, s))}
+
+
+def _images(b: int, s: int) -> dict[str, Tensor]:
+    """diffusers' VAE names its image input `sample`."""
+    return _pixels(b, s, "sample")
 
 
 def _whisper_inputs(b: int, s: int) -> dict[str, Tensor]:
@@ -300,6 +305,51 @@ def clip():
         projection_dim=16))
 
 
+def unet():
+    from diffusers import UNet2DConditionModel
+    return UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32, attention_head_dim=8, norm_num_groups=8)
+
+
+def autoencoder():
+    from diffusers import AutoencoderKL
+    return AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                         up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(16, 32), latent_channels=4,
+                         norm_num_groups=8, layers_per_block=1, sample_size=32)
+
+
+class VaeEncode(torch.nn.Module):
+    """`vae.encode(images)` as a module: what a latent-diffusion pipeline calls first."""
+
+    def __init__(self):
+        super().__init__()
+        self.vae = autoencoder()
+
+    def forward(self, sample):
+        return self.vae.encode(sample)
+
+
+def bert_lora():
+    """peft's LoRA on a BERT classifier: only the adapters train."""
+    from peft import LoraConfig, get_peft_model
+    return get_peft_model(bert_classifier(), LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]))
+
+
+def swin():
+    from transformers import SwinConfig, SwinModel
+    # depths of 2: every second block shifts its windows, with the attention mask timm keeps as a buffer
+    return SwinModel(SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4],
+                                window_size=4))
+
+
+def _unet_inputs(b: int, s: int) -> dict[str, Tensor]:
+    g = _gen(b, s)
+    return {"sample": torch.randn(b, 4, 8, 8, generator=g), "timestep": torch.tensor(999 - 7 * b),
+            "encoder_hidden_states": torch.randn(b, 6, 32, generator=g)}
+
+
 def _sample(name: str):
     """A project sample model file (sample_models/NAME.py): its build_model()."""
     def build():
@@ -367,6 +417,28 @@ CASES: dict[str, ConformanceCase] = {c.name: c for c in [
     # multimodal: texts and images paired in one batch
     ConformanceCase("clip", "multimodal", _seeded(clip), _clip_inputs, _clip_dims, _clip_loss,
                     lambda out: [out.logits_per_image.softmax(-1), out.image_embeds, out.text_embeds]),
+    # diffusers: what a latent-diffusion pipeline reads (out.sample, out[0], latent_dist)
+    ConformanceCase("unet2d_condition", "diffusion", _seeded(unet), _unet_inputs,
+                    lambda: {"sample": {0: _batch()}, "encoder_hidden_states": {0: _batch()}},
+                    lambda out, x: F.mse_loss(out.sample, x["sample"]), lambda out: [out.sample, out[0]],
+                    (2, 0), list(IMAGE_SIZES)),
+    ConformanceCase("autoencoder_kl", "diffusion", _seeded(autoencoder), _images, _batch_only("sample"),
+                    lambda out, x: F.mse_loss(out.sample, x["sample"]), lambda out: [out.sample, out.to_tuple()[0]],
+                    (2, 0), list(IMAGE_SIZES)),
+    ConformanceCase("autoencoder_kl_encode", "diffusion", _seeded(VaeEncode), _images, _batch_only("sample"),
+                    lambda out, x: out.latent_dist.kl().mean() + out.latent_dist.mode().pow(2).mean(),
+                    lambda out: [out.latent_dist.mean, out.latent_dist.std, out["latent_dist"].mode(),
+                                 out.latent_dist.sample(torch.Generator().manual_seed(0))],
+                    (2, 0), list(IMAGE_SIZES)),
+    # peft: LoRA adapters on a transformers classifier, the base weights frozen
+    # PeftModel.forward(*args, **kwargs): dynamic_shapes name its **kwargs, as torch.export has it
+    ConformanceCase("bert_lora", "adapters", _seeded(bert_lora), _text(types=True), lambda: {"kwargs": _BERT_DIMS()},
+                    lambda out, x: F.cross_entropy(out.logits, _labels(len(out.logits), 2)),
+                    lambda out: [out.logits.softmax(-1)]),
+    # shifted windows with their attention mask (timm's Swin registers it as a buffer, None where unshifted)
+    ConformanceCase("swin", "vision", _seeded(swin), _pixels, _batch_only("pixel_values"),
+                    lambda out, x: _embedding_loss(out.pooler_output),
+                    lambda out: [out.pooler_output, out.last_hidden_state], (2, 0), list(IMAGE_SIZES)),
     # sample: the project's own model files; plain tensor outputs
     ConformanceCase("sample_tiny_transformer", "sample", _seeded(_sample("tiny_transformer")),
                     lambda b, s: {"tokens": torch.randint(0, 50, (b, s), generator=_gen(b, s))},

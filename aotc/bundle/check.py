@@ -34,7 +34,7 @@ _DEVICE = re.compile(r"(cpu|cuda|meta)(:[0-9]{1,3})?")
 _FQN_PART = re.compile(r"[A-Za-z0-9_]+")
 _MAX_DIM = 1 << 62
 _INPUT_ROLES = {"parameter", "buffer", "user_input", "synthetic_base", "constant"}
-_OUTPUT_ROLES = {"input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss"}
+_OUTPUT_ROLES = {"input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss", "unused"}
 # a joint graph that carries its optimizer (aotc.contract.optimizers): after the model's inputs
 _OPTIMIZER_INPUTS = {"optimizer_state", "hyperparameter"}
 _OPTIMIZER_OUTPUTS = {"updated_parameter", "optimizer_state"}

@@ -23,14 +23,16 @@ InputRole = Literal[
     "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant", "optimizer_state",
     "hyperparameter",
 ]
+# "unused": the empty tensor a graph returns when it computes nothing the caller sees
+# (torch.export.save cannot write a program without outputs)
 OutputRole = Literal[
     "input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss", "updated_parameter",
-    "optimizer_state",
+    "optimizer_state", "unused",
 ]
 SlotRole = Literal[
     "parameter", "buffer", "user_input", "synthetic_base", "saved", "tangent", "constant",
     "input_mutation", "user_output", "intermediate_base", "gradient", "loss", "optimizer_state", "hyperparameter",
-    "updated_parameter",
+    "updated_parameter", "unused",
 ]
 
 @dataclass(frozen=True)

@@ -251,7 +251,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         on_storage = {i for group in aliased for i in group}
         metadata_mutated = tuple(i for i in ctx.eager.metadata_mutated if i in on_storage)
         names = dataclasses.replace(names, metadata_mutated=metadata_mutated)
-    jgm, fw_metadata, out_spec, partitioned = aot_capture(ctx.model, gm, f_args, f_kwargs, ctx.options, plan)
+    jgm, fw_metadata, out_spec, partitioned = aot_capture(ctx.model, gm, f_args, f_kwargs, ctx.options, plan, ep)
 
     # Everything below runs on real tensors, outside AOTAutograd's fake mode.
     primal_nodes = [p for p in graph_placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]

@@ -42,6 +42,8 @@ def user_dynamic_shapes(model, args: tuple, kwargs: dict, spec: Any, loss_names:
         return None
     if isinstance(spec, ProgramShapes):
         return {"args": spec.args, "kwargs": spec.kwargs}
+    if callable(getattr(spec, "dynamic_shapes", None)):  # torch.export.ShapesCollection, AdditionalInputs
+        spec = spec.dynamic_shapes(model, args, kwargs)
     if loss_names:
         return _with_loss_inputs(model, args, kwargs, spec, list(loss_names))
     target = model.fn if isinstance(model, FunctionModule) else model.forward

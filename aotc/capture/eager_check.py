@@ -65,6 +65,7 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
     program = copy.deepcopy(program)
     params = dict(program.named_parameters())
     leaves, nodes = target_nodes(inputs, params)
+    attributes = python_state(program)
     try:
         with torch.set_grad_enabled(training):
             outputs = pytree.tree_leaves(program(*args, **kwargs))
@@ -73,6 +74,14 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
             f"{type(program).__name__} failed when run eagerly on copies of its example inputs: "
             f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         ) from e
+    changed = [name for name, value in python_state(program).items() if attributes.get(name, value) != value]
+    if changed:
+        raise CaptureError(
+            f"{type(getattr(program, 'model', program)).__name__}.forward changes Python attribute(s) "
+            f"{', '.join(changed)}: a graph holds the "
+            "values of the call it traced (torch.export bakes them in too), so the bundle would not change them "
+            "from call to call as eager does. Keep such state in buffers (register_buffer)."
+        )
     tensors = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
     same, shares, offsets = {}, {}, {}
     for k, out in enumerate(outputs):
@@ -108,6 +117,24 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
         visible_mutations=frozenset(i for i, t in tensors if grad_fns[i] is not None and t.grad_fn is not grad_fns[i]),
         grad_paths=paths,
     )
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def python_state(program: torch.nn.Module) -> dict[str, object]:
+    """Every module attribute that is a number, bool or str (or a tuple, list or dict of
+    them), by path: what forward may change behind a graph's back."""
+    state = {}
+    for prefix, module in program.named_modules():
+        for name, value in vars(module).items():
+            if name.startswith("_") or name == "training":
+                continue
+            leaves = pytree.tree_leaves(value) if isinstance(value, (tuple, list, dict)) else [value]
+            if leaves and all(isinstance(v, _PLAIN) for v in leaves):
+                path = f"{prefix.removeprefix('model.').removeprefix('model')}.{name}".lstrip(".")
+                state[path] = copy.deepcopy(value)  # a dict forward updates in place is compared too
+    return state
 
 
 def outputs_with_history(program: torch.nn.Module, flat_user: list, in_spec) -> list[int] | None:

@@ -23,6 +23,7 @@ from torch.export import Dim, ExportedProgram
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.schema import BackwardSignature, GraphSignature, Slot
+from aotc.capture import graph_fixes
 from aotc.capture.metadata import SCALAR_DTYPES, graph_placeholders, output_descs, output_nodes, scalar_type
 from aotc.capture.slot_names import Names, input_name, output_slot
 from aotc.errors import CaptureError
@@ -98,6 +99,8 @@ class FlatCall(torch.nn.Module):
         outs = self.fn(*args[:split], *tangents, *args[split:])
         outs = pytree.tree_flatten(outs, is_leaf=lambda x: x is None)[0]
         kept = [outs[i] for i in self.keep]
+        if not kept:  # torch.export.save cannot write a program without outputs (see kept_outputs)
+            return (torch.empty(0),)
         return tuple(
             size_carrier(v) if i in self.size_outputs
             else torch.scalar_tensor(v, dtype=self.scalar_outputs[i]) if i in self.scalar_outputs else v
@@ -133,7 +136,7 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
         program = torch.export.export(
             fn, tuple(example_inputs), dynamic_shapes=export_dynamic_shapes(fake_vals, size_inputs), strict=False
         )
-        _hop_outputs_as_tuples(program.graph_module)
+        graph_fixes.savable(program)
         return program
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -141,18 +144,6 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
             f"the captured {kind} graph could not be exported as a flat program: "
             f"{type(e).__name__}: {first}"
         ) from e
-
-
-def _hop_outputs_as_tuples(gm: torch.fx.GraphModule) -> None:
-    """A control-flow op (cond, while_loop) traced by AOTAutograd records its outputs as a
-    list, which torch.export's serializer takes for one output it cannot write; it writes
-    a tuple. Only the metadata changes."""
-    for module in gm.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            if isinstance(node.target, torch._ops.HigherOrderOperator) and isinstance(node.meta.get("val"), list):
-                node.meta["val"] = tuple(node.meta["val"])
 
 
 # ------------------------------------------------- where each op came from
@@ -236,9 +227,13 @@ class CapturedGraph:
 
 def kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
     """Positions of the graph's outputs that it computes (not None, not a constant the
-    model returns: the metadata records those), and their slots."""
+    model returns: the metadata records those), and their slots. A graph that computes
+    none returns an empty tensor with the slot "unused", since torch.export.save cannot
+    write a program without outputs."""
     descs = output_descs(gm)
     keep = [i for i, n in enumerate(output_nodes(gm)) if isinstance(n, torch.fx.Node)]
+    if not keep:  # the model returns constants only: FlatCall returns one empty tensor, unused
+        return keep, [Slot("unused", "unused")]
     return keep, [output_slot(descs[i], names, loss) for i in keep]
 
 
@@ -262,6 +257,7 @@ def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tan
     )
     stacks = module_stacks(gm)
     carry_module_stacks(gm, program, stacks)
+    graph_fixes.eager_group_norm(program.graph_module)
     backward = backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
         kind=kind,
@@ -341,6 +337,7 @@ def capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Na
         [*reals, *consts], [*vals, *consts], "backward", size_inputs,
     )
     carry_module_stacks(bw, program, forward.module_stacks)
+    graph_fixes.eager_group_norm(program.graph_module)
     return CapturedGraph(
         kind="backward",
         program=program,

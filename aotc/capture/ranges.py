@@ -314,5 +314,8 @@ def spec_at(spec: Any, path: tuple, value: Any = None) -> Any:
             spec = spec[keys.index(key)]
         else:
             return None
-        value = key.get(value) if value is not None else None
+        try:
+            value = key.get(value) if value is not None else None
+        except (TypeError, KeyError, IndexError, AttributeError):  # a node that keys its children otherwise
+            value = None
     return spec

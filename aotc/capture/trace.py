@@ -45,15 +45,19 @@ def export_program(program: Program, args, kwargs, dynamic_shapes, names: list[s
     return export_within_ranges(export, spec_args, inputs, names, type(program.model).__name__)
 
 
-def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_plan: SubclassPlan | None = None):
+def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_plan: SubclassPlan | None = None,
+                program: ExportedProgram | None = None):
     """AOTAutograd's graph, metadata and out spec; for "autograd", the partitioned
-    (forward, backward) graphs too. AOTAutograd's fake mode is active only in here.
+    (forward, backward) graphs too. AOTAutograd's fake mode is active only in here;
+    `program` is torch.export's, whose fake mode a program without tensor inputs needs.
 
     With tensor subclasses (`subclass_plan`), AOTAutograd traces their inner tensors;
     the graphs' descriptors, the metadata and the out spec returned are of that dense view.
     """
     grad_ctx = torch.no_grad() if options.mode == "inference" else contextlib.nullcontext()
     with contextlib.ExitStack() as stack, grad_ctx:
+        if program is not None and not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves((f_args, f_kwargs))):
+            stack.enter_context(tc.fake_mode_tracing(program))  # no input to find torch.export's fake mode by
         stack.enter_context(tc.eager_dropout())
         stack.enter_context(tc.eager_rnn())
         try:

@@ -22,7 +22,8 @@ def storage_groups(flat: list) -> list[list[int]]:
     seen: set[int] = set()
     for i, t in enumerate(flat):
         # a tensor subclass has no storage of its own (its inner tensors do)
-        if isinstance(t, torch.Tensor) and id(t) not in seen and type(t) in (torch.Tensor, torch.nn.Parameter):
+        if (isinstance(t, torch.Tensor) and id(t) not in seen and type(t) in (torch.Tensor, torch.nn.Parameter)
+                and t.untyped_storage().nbytes() > 0):  # tensors without memory (int inputs' carriers) share none
             seen.add(id(t))
             by_storage[storage_key(t)].append(i)
     return [group for group in by_storage.values() if len(group) > 1]

@@ -9,6 +9,7 @@ as InputRecords, so that a spec can be written and compared without their classe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass
@@ -49,6 +50,14 @@ def portable(spec: pytree.TreeSpec, where: str = "input") -> pytree.TreeSpec:
     if spec.type is pytree.namedtuple:
         cls = spec.context
         context = ("namedtuple", cls.__name__, tuple(cls._fields))
+    elif isinstance(spec.context, pytree.ConstantNode):  # pytree.register_constant: a value, no leaves
+        value = spec.context.value
+        data = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else repr(value)
+        try:
+            context = ("constant", type_name_of(spec.type), frozen_json(json.loads(json.dumps(data))))
+        except (TypeError, ValueError) as e:
+            raise CaptureError(f"an {where} is a {spec.type.__name__} registered as a pytree constant whose "
+                               f"fields aotc cannot write as JSON ({e}); make them numbers, bools or str.") from e
     else:
         try:
             dumped = json.loads(json.dumps(spec.context))

@@ -22,14 +22,15 @@ a user's call against the spec).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import math
 from typing import Any
 
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.contract.outputs import NamedTupleOutput
 from aotc.errors import CaptureError
 
 CONSTANT_TYPES = (bool, int, float, str, type(None))
@@ -110,10 +111,14 @@ class _CarrierKey(pytree.SequenceKey):
     def __str__(self) -> str:
         return ""
 
+    def get(self, node: IntInput) -> torch.Tensor:
+        return node.carrier
+
 
 class InputRecord:
-    """A container of the user's code (a registered dataclass, a namedtuple) as a bundle
-    records it: kind ("namedtuple" or "node"), type name, and its JSON context."""
+    """A container of the user's code as a bundle records it: kind ("namedtuple", "node"
+    for a registered pytree node such as a dataclass, "constant" for a type registered
+    with pytree.register_constant), its type's name, and its JSON context."""
 
     __slots__ = ("kind", "type_name", "context", "children")
 
@@ -125,9 +130,12 @@ class InputRecord:
 
 
 def _load_record(dumped) -> tuple:
-    if (not isinstance(dumped, list) or len(dumped) != 3 or dumped[0] not in ("namedtuple", "node")
+    if (not isinstance(dumped, list) or len(dumped) != 3 or dumped[0] not in ("namedtuple", "node", "constant")
             or not isinstance(dumped[1], str)):
         raise ValueError("an input record is [kind, type name, context]")
+    if dumped[0] == "namedtuple" and not (dumped[1].isidentifier() and isinstance(dumped[2], list)
+                                          and all(isinstance(f, str) and f.isidentifier() for f in dumped[2])):
+        raise ValueError("a namedtuple input is recorded by identifiers: its type name and fields")
     return dumped[0], dumped[1], frozen_json(dumped[2])
 
 
@@ -260,12 +268,20 @@ def _value(leaf: Any) -> Any:
     if isinstance(leaf, InputRecord):
         children = [unwrap(c) for c in leaf.children]
         if leaf.kind == "namedtuple":
-            return NamedTupleOutput(leaf.type_name, leaf.context, children)
+            return made_namedtuple(leaf.type_name, tuple(leaf.context))(*children)
         cls = _registered_type(leaf.type_name)
-        if cls is not None:
+        if cls is not None and leaf.kind == "constant" and dataclasses.is_dataclass(cls):
+            return cls(**dict(leaf.context))
+        if cls is not None and leaf.kind == "node":
             return pytree.SUPPORTED_NODES[cls].unflatten_fn(children, _python_context(leaf.context))
         return InputRecord(leaf.kind, leaf.type_name, leaf.context, children)
     return leaf
+
+
+@functools.cache
+def made_namedtuple(type_name: str, fields: tuple[str, ...]) -> type:
+    """A namedtuple class of the user's name and fields (made once, from names only)."""
+    return collections.namedtuple(type_name, fields)
 
 
 def _registered_type(type_name: str) -> type | None:
