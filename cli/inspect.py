@@ -121,6 +121,15 @@ def _render(info: dict, top_ops: int) -> None:
             out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "
                       f"outputs {b['outputs'].replace(',', ', ')}")
 
+    if info["constant_inputs"]:
+        fixed = _table("Constant inputs", "name", "type", "value (each call passes it)")
+        for c in info["constant_inputs"]:
+            fixed.add_row(c["name"], c["type"], repr(c["value"]))
+        out.print(fixed)
+    ints = [u["name"] for u in info["user_inputs"] if u.get("kind") == "int"]
+    if ints:
+        out.print(f"[bold]int inputs[/] (dynamic sizes, passed as Python ints): {', '.join(ints)}")
+
     user_index = {u["name"]: i for i, u in enumerate(info["user_inputs"])}
     for program, meta in info["metadata"]["programs"].items():
         inputs = _table(f"{program}: inputs", "#", "kind", "name", "shape", "dtype", "grad", "mutated")

@@ -138,7 +138,8 @@ def check_target(out: Path, force: bool) -> None:
             f"'{out}' already exists. Pass --force (force=True) to replace it with the new "
             "bundle, or choose another output directory."
         )
-    if out.is_symlink() or not out.is_dir() or not (out / MANIFEST).is_file():
+    bundle = (out / MANIFEST).is_file() or (out / "regions.json").is_file()  # a regional bundle has regions.json
+    if out.is_symlink() or not out.is_dir() or not bundle:
         raise BundleError(
             f"'{out}' exists and is not an aotc bundle; refusing to replace it even with --force. "
             "Choose another output directory."

@@ -123,6 +123,7 @@ def describe(bundle: Bundle) -> dict[str, Any]:
         "manifest": to_json(m),
         "size": {"total": sum(sizes.values()), **dict(sizes)},
         "user_inputs": to_json(bundle.signature.user_inputs),
+        "constant_inputs": to_json(bundle.signature.constant_inputs),
         "graphs": graphs,
         "constants": constants(bundle),
         "subclasses": subclasses(bundle),

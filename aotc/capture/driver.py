@@ -200,7 +200,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
     arg_names = flat_user_names(ctx.model, c_args, c_kwargs, program.loss)[0]
     try:
         # torch.export makes each input a tensor of its own; AOTAutograd keeps their aliasing
-        ep, narrowings = None, []
+        ep, narrowings, export_error = None, [], None
         if use_export and not aliased:
             ep, narrowings = export_program(program, c_args, c_kwargs, ctx.options.dynamic_shapes, arg_names)
     except CaptureError:
@@ -213,7 +213,8 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
             ) from e
         # Some programs torch.export cannot trace (e.g. a metadata mutation that changes an
         # input's rank) AOTAutograd captures directly; without dynamic dims nothing is lost.
-        ep = None
+        # Where AOTAutograd fails too, torch.export's error is the one that says why.
+        ep, export_error = None, e
     if ep is not None:
         custom = [s.target for s in ep.graph_signature.input_specs if s.kind.name == "CUSTOM_OBJ"]
         if custom:
@@ -251,7 +252,8 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
         on_storage = {i for group in aliased for i in group}
         metadata_mutated = tuple(i for i in ctx.eager.metadata_mutated if i in on_storage)
         names = dataclasses.replace(names, metadata_mutated=metadata_mutated)
-    jgm, fw_metadata, out_spec, partitioned = aot_capture(ctx.model, gm, f_args, f_kwargs, ctx.options, plan, ep)
+    jgm, fw_metadata, out_spec, partitioned = aot_capture(ctx.model, gm, f_args, f_kwargs, ctx.options, plan, ep,
+                                                          export_error)
 
     # Everything below runs on real tensors, outside AOTAutograd's fake mode.
     primal_nodes = [p for p in graph_placeholders(jgm) if not isinstance(p.meta.get("desc"), tc.TangentAOTInput)]

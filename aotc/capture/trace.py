@@ -7,6 +7,7 @@ and what happens when one fails, is the driver's policy.
 from __future__ import annotations
 
 import contextlib
+import re
 
 import torch
 from torch.export import ExportedProgram
@@ -46,10 +47,11 @@ def export_program(program: Program, args, kwargs, dynamic_shapes, names: list[s
 
 
 def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_plan: SubclassPlan | None = None,
-                program: ExportedProgram | None = None):
+                program: ExportedProgram | None = None, export_error: Exception | None = None):
     """AOTAutograd's graph, metadata and out spec; for "autograd", the partitioned
     (forward, backward) graphs too. AOTAutograd's fake mode is active only in here;
-    `program` is torch.export's, whose fake mode a program without tensor inputs needs.
+    `program` is torch.export's, whose fake mode a program without tensor inputs needs;
+    `export_error` why torch.export could not trace the model, said first if AOTAutograd fails too.
 
     With tensor subclasses (`subclass_plan`), AOTAutograd traces their inner tensors;
     the graphs' descriptors, the metadata and the out spec returned are of that dense view.
@@ -79,10 +81,21 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
                     "replay. Copy the values instead (input.copy_(other)), or do the set_() "
                     "outside the model."
                 ) from e
+            if "expected to have an entirely functional graph" in str(e):
+                op = re.search(r"target=torch\.ops\.(aten\.\w+)", str(e))
+                raise CaptureError(
+                    f"{type(model).__name__}.forward runs an in-place op ({op[1] if op else 'in place'}) on a tensor "
+                    "that is, or is made from, a plain tensor attribute of the model (set in __init__, not a parameter "
+                    "or buffer), which AOTAutograd cannot make functional (torch.export keeps it as a constant). "
+                    "Register the attribute as a buffer (self.register_buffer(name, tensor, persistent=False)), or "
+                    "compute out of place."
+                ) from e
+            tried = (f"torch.export: {type(export_error).__name__}: {first_line(export_error)}; AOTAutograd: "
+                     if export_error is not None else "")
             raise CaptureError(
                 f"{type(model).__name__} could not be captured by torch.export nor by AOTAutograd: "
-                f"{type(e).__name__}: {first_line(e)}"
-            ) from e
+                f"{tried}{type(e).__name__}: {first_line(e)}"
+            ) from (export_error or e)
         jgm = jd.graph_module
         if subclass_plan is not None:
             subclass_plan.record_grads(tc.grad_input_metas(jd))

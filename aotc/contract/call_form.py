@@ -83,6 +83,7 @@ class Slot:
 
     kind: str  # "tensor", "int" or "constant"
     constant: tuple[str, Any] | None = None
+    offset: int = 0  # an int's carrier holds this many rows more (call_inputs.IntInput)
 
 
 def _raw(spec: pytree.TreeSpec, slots: list[Slot]) -> pytree.TreeSpec:
@@ -90,7 +91,7 @@ def _raw(spec: pytree.TreeSpec, slots: list[Slot]) -> pytree.TreeSpec:
         slots.append(Slot("constant", spec.context))
         return _LEAF
     if spec.type is IntInput:
-        slots.append(Slot("int"))
+        slots.append(Slot("int", offset=spec.context))
         return _LEAF
     if spec.is_leaf():
         slots.append(Slot("tensor"))
@@ -112,6 +113,10 @@ class CallForm:
     raw_spec: pytree.TreeSpec
     slots: tuple[Slot, ...]
     names: tuple[str, ...]  # per leaf, the user input or constant it is
+
+    def int_offsets(self) -> dict[str, int]:
+        """Each int input's name -> how many rows its carrier holds beyond the int."""
+        return {name: slot.offset for slot, name in zip(self.slots, self.names) if slot.kind == "int"}
 
     @property
     def active(self) -> bool:
@@ -145,7 +150,7 @@ class CallForm:
                     )
                 if value < 0:
                     raise InputError(f"input '{name}' is {value}; the bundle takes an int of 0 or more there.")
-                flat.append(IntInput.of(value, device).carrier)
+                flat.append(IntInput.of(value, slot.offset, device).carrier)
             elif not _same_constant(value, slot.constant):
                 raise InputError(
                     f"input '{name}' is {_shown(value)}; the bundle was exported with {name}={_describe(slot.constant)}, "

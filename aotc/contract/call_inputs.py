@@ -10,7 +10,8 @@ the graphs' tensor inputs, and its spec (signature.json's `in_spec`) records the
 - `Constant(value)`: no children; the spec holds the value. Every call must pass an
   equal value of the same type, or is refused by name (`CallForm`).
 - `IntInput(carrier)`: an int declared dynamic, carried by an empty `(n, 0)` int64
-  tensor whose dim 0 is the int, so it is checked against its range as any dynamic dim.
+  tensor (`(n + 2, 0)` where the example was 0 or 1, which torch would trace as
+  constants), checked against its range as any dynamic dim.
 
 The model sees plain values again (`unwrap`, in capture's Program and wherever aotc calls
 an eager model). Containers of the user's own code (dataclasses registered with
@@ -25,10 +26,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import itertools
 import math
+import sys
 from typing import Any
 
 import torch
+from torch.export import Dim
 
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
@@ -83,24 +87,38 @@ def load_constant(dumped) -> tuple[str, Any]:
     return kind, float(value) if kind == "float" and not isinstance(value, str) else value
 
 
+# A carrier of an int whose example is 0 or 1 holds that many rows more: torch traces a
+# dim of size 0 or 1 as that constant, while torch.export keeps such an int input symbolic.
+# (Examples of 2 and up are carried as they are: torch then takes 0 and 1 for sizes it
+# did not trace, which export's small-size check replays against eager.)
+CARRIER_OFFSET = 2
+
+
 class IntInput:
-    """An int input declared dynamic, as an empty `(n, 0)` tensor: its size is the int."""
+    """An int input declared dynamic, as an empty `(n + offset, 0)` tensor; `offset` is
+    0, or CARRIER_OFFSET where the example was 0 or 1."""
 
-    __slots__ = ("carrier",)
+    __slots__ = ("carrier", "offset")
 
-    def __init__(self, carrier: torch.Tensor):
-        self.carrier = carrier
+    def __init__(self, carrier: torch.Tensor, offset: int = 0):
+        self.carrier, self.offset = carrier, offset
 
     @staticmethod
-    def of(n: int, device: torch.device | str = "cpu") -> "IntInput":
-        return IntInput(torch.empty((n, 0), dtype=torch.int64, device=device))
+    def of(n: int, offset: int = 0, device: torch.device | str = "cpu") -> "IntInput":
+        return IntInput(torch.empty((n + offset, 0), dtype=torch.int64, device=device), offset)
 
     @property
     def value(self):
-        return self.carrier.shape[0]
+        return self.carrier.shape[0] - self.offset
 
     def __repr__(self) -> str:
         return f"IntInput({self.value if isinstance(self.carrier, torch.Tensor) else self.carrier})"
+
+
+def _load_offset(dumped) -> int:
+    if dumped not in (0, CARRIER_OFFSET) or isinstance(dumped, bool):
+        raise ValueError(f"an int input's carrier is offset by 0 or {CARRIER_OFFSET}")
+    return dumped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,10 +182,10 @@ def _register() -> None:
         flatten_with_keys_fn=lambda c: ([], constant_context(c.value)),
     )
     pytree.register_pytree_node(
-        IntInput, lambda i: ([i.carrier], None), lambda children, _: IntInput(children[0]),
+        IntInput, lambda i: ([i.carrier], i.offset), lambda children, offset: IntInput(children[0], offset),
         serialized_type_name="aotc.IntInput",
-        to_dumpable_context=lambda _: None, from_dumpable_context=lambda _: None,
-        flatten_with_keys_fn=lambda i: ([(_CarrierKey(0), i.carrier)], None),
+        to_dumpable_context=lambda offset: offset, from_dumpable_context=_load_offset,
+        flatten_with_keys_fn=lambda i: ([(_CarrierKey(0), i.carrier)], i.offset),
     )
     pytree.register_pytree_node(
         InputRecord, lambda r: (r.children, (r.kind, r.type_name, r.context)),
@@ -201,7 +219,7 @@ def bind(args: tuple, kwargs: dict, names: list[str], dynamic_ints: set[int]) ->
                     f"dynamic_shapes declares input '{name}' dynamic, but it is {value!r}; a dynamic non-tensor "
                     "input must be an int of 0 or more. Give it None in dynamic_shapes to keep it constant."
                 )
-            bound.append(IntInput.of(value, device))
+            bound.append(IntInput.of(value, CARRIER_OFFSET if value < 2 else 0, device))
         elif isinstance(value, CONSTANT_TYPES):
             bound.append(Constant(value))
         else:
@@ -226,11 +244,29 @@ def is_dynamic_int(value: Any, dims: Any) -> bool:
     return getattr(dims, "name", None) != "STATIC"
 
 
+def carrier_dim(spec: Any, offset: int) -> Any:
+    """The dynamic_shapes entry of an int input's carrier: the user's range as a Dim (a
+    DYNAMIC hint's bounds too, which torch.export would raise to 2 on a tensor dim; the
+    small-size check then replays 0 and 1), moved up by the carrier's offset; AUTO stays."""
+    if getattr(spec, "type", None) is not None and spec.type.name == "AUTO" and not offset:
+        return spec
+    if not offset and not hasattr(spec, "type"):  # a Dim of the user's, perhaps shared with tensor dims
+        return spec
+    lo = getattr(spec, "min", None) or 0
+    hi = getattr(spec, "max", None)
+    name = getattr(spec, "__name__", None) or f"int{next(_FRESH)}"
+    bounded = hi is not None and hi < sys.maxsize // 2
+    return Dim(f"{name}_" if offset else name, min=max(lo, 0) + offset, max=hi + offset if bounded else None)
+
+
+_FRESH = itertools.count()
+
+
 def adapt_dynamic_shapes(spec: Any, value: Any) -> Any:
     """A dynamic_shapes entry written for `value` as the user called, for its bound form:
-    a constant takes an empty list (no children); an IntInput's Dim goes to its carrier's dim 0."""
+    a constant takes an empty list (no children); an IntInput's range goes to its carrier's dim 0."""
     if isinstance(value, IntInput):
-        return [{0: spec}]
+        return [{0: carrier_dim(spec, value.offset)}]
     if isinstance(value, Constant):
         return []  # torch.export matches a node's children: it has none
     if spec is None or isinstance(value, torch.Tensor):

@@ -26,7 +26,7 @@ class InputCheck:
     shape: tuple[int, ...]
     dynamic: dict[int, tuple[str, int, int | None]]
     static: torch.Size | None
-    is_int: bool = False  # an int input declared dynamic: its (n, 0) carrier (contract.call_inputs)
+    int_offset: int | None = None  # an int input declared dynamic: its carrier holds n + this rows
 
     def check(self, value, device: torch.device, sizes: dict[str, tuple[int, str]]) -> None:
         if not isinstance(value, torch.Tensor):
@@ -62,19 +62,21 @@ class InputCheck:
                     )
                 continue
             symbol, lo, hi = self.dynamic[i]
-            if self.is_int and (size < lo or (hi is not None and size > hi)):
+            if self.int_offset is not None and (size < lo or (hi is not None and size > hi)):
+                k = self.int_offset  # the carrier's size is the int plus this
                 raise InputError(
-                    f"input '{self.name}' is {size}, outside the exported range [{lo}, {'inf' if hi is None else hi}] "
-                    f"of {symbol}. Re-export with a wider range."
+                    f"input '{self.name}' is {size - k}, outside the exported range "
+                    f"[{lo - k}, {'inf' if hi is None else hi - k}]. Re-export with a wider range."
                 )
             if size < lo or (hi is not None and size > hi):
                 raise InputError(
                     f"input '{self.name}' dim {i} is {size}, outside the exported range "
                     f"[{lo}, {'inf' if hi is None else hi}] of {symbol}. Re-export with a wider range."
                 )
-            seen = sizes.setdefault(symbol, (size, self.name if self.is_int else f"{self.name} dim {i}"))
+            seen = sizes.setdefault(symbol, (size, self.name if self.int_offset is not None else f"{self.name} dim {i}"))
             if seen[0] != size:
-                here = f"input '{self.name}' is {size}" if self.is_int else f"input '{self.name}' dim {i} is {size}"
+                here = (f"input '{self.name}' is {size - self.int_offset}" if self.int_offset is not None
+                        else f"input '{self.name}' dim {i} is {size}")
                 raise InputError(f"{here}, but {seen[1]} is {seen[0]}; both are {symbol} in the bundle and must be equal.")
 
     def describe(self) -> str:
@@ -82,7 +84,9 @@ class InputCheck:
         return "(" + ", ".join(dims) + ")"
 
 
-def build_checks(metadata: Metadata, user_inputs: list[UserInput]) -> list[InputCheck]:
+def build_checks(metadata: Metadata, user_inputs: list[UserInput], int_offsets: dict[str, int] | None = None
+                 ) -> list[InputCheck]:
+    """One check per flat tensor input; `int_offsets` (CallForm.int_offsets) for int inputs."""
     checks = []
     for spec, meta in zip(user_inputs, metadata.user_inputs, strict=True):
         dynamic = {int(k): (d.symbol, d.min, d.max) for k, d in meta.dynamic_dims.items()}
@@ -93,7 +97,7 @@ def build_checks(metadata: Metadata, user_inputs: list[UserInput]) -> list[Input
                 shape=tuple(meta.shape),
                 dynamic=dynamic,
                 static=None if dynamic else torch.Size(meta.shape),
-                is_int=spec.kind == "int",
+                int_offset=(int_offsets or {}).get(spec.name, 0) if spec.kind == "int" else None,
             )
         )
     return checks

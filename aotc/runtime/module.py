@@ -91,7 +91,7 @@ class LoadedModule(nn.Module):
         self._out_is_leaf = self._out_spec.is_leaf()
         n_out = self._out_spec.num_leaves
         self._out_is_tuple = self._out_spec == pytree.tree_flatten(tuple(range(n_out)))[1]
-        self._checks = build_checks(meta, sig.user_inputs)
+        self._checks = build_checks(meta, sig.user_inputs, self._call_form.int_offsets())
         self._ambient = AmbientGuard(meta.ambient, device.type, str(bundle.path))
         self._user_meta = meta.user_inputs
         self._captured_training = meta.training

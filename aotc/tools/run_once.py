@@ -22,6 +22,7 @@ from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
 from aotc.bundle.schema import UserInput
 from aotc.bundle.signing import require_signature
+from aotc.contract.call_form import CallForm
 from aotc.contract.call_inputs import IntInput
 from aotc.contract.outputs import load_spec
 from aotc.contract.subclasses import named_plain
@@ -81,6 +82,7 @@ def read_inputs(path: Path, user_inputs: list[UserInput], in_spec):
             f"the inputs file '{path}' must hold one tensor per input, named {', '.join(names)}; "
             f"missing: {', '.join(missing) or 'none'}; unexpected: {', '.join(extra) or 'none'}."
         )
+    offsets = CallForm.of(in_spec, names, []).int_offsets()
     flat = []
     for u in user_inputs:
         t = tensors[u.name]
@@ -88,7 +90,7 @@ def read_inputs(path: Path, user_inputs: list[UserInput], in_spec):
             if t.dim() != 0 or t.is_floating_point() or t.is_complex() or int(t) < 0:
                 raise InputError(f"the inputs file '{path}' holds '{u.name}' as a tensor of shape {tuple(t.shape)} "
                                  f"and dtype {t.dtype}; it is an int input: give it as a 0-d integer tensor >= 0.")
-            t = IntInput.of(int(t)).carrier
+            t = IntInput.of(int(t), offsets[u.name]).carrier
         flat.append(t)
     return pytree.tree_unflatten(flat, in_spec)
 
