@@ -23,6 +23,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._C import DispatchKey
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+from torch._guards import TracingContext, tracing
 from torch.nn.modules import module as nn_module
 from torch._ops import OpOverload
 from torch.overrides import _get_current_function_mode_stack
@@ -192,29 +193,22 @@ def aoti_package_loader(path: str, device_index: int, workdir: str):
 
 
 def fake_mode_tracing(program):
-    """A tracing context holding the fake mode of `program` (an ExportedProgram), for an
-    AOTAutograd trace whose inputs carry none (a program that takes no tensors): AOTAutograd
-    would make a fake mode of its own, which refuses the real constants torch.export lifted."""
-    from torch._guards import TracingContext, tracing  # capture only
+    """A tracing context with torch.export's fake mode, for AOTAutograd on a program with
+    no tensor inputs (its own mode would refuse the real constants torch.export lifted)."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv  # capture only
 
     mode = next((n.meta["val"].fake_mode for n in program.graph.nodes if hasattr(n.meta.get("val"), "fake_mode")),
                 None)
-    if mode is None:  # no tensor at all: a mode as torch.export's, with sizes for .item()
-        mode = _private("FakeTensorMode")(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    mode = mode or _private("FakeTensorMode")(shape_env=ShapeEnv(), allow_non_fake_inputs=True)  # no tensor at all
     return tracing(TracingContext(mode))
 
 
 @contextlib.contextmanager
 def eager_dropout():
-    """Trace `aten.dropout` as eager runs it.
-
-    Outside training (or with p=0) ATen's dropout returns its input itself, so an
-    in-place op on the result mutates the input; torch's tracing kernel
-    (torch._decomp.decompositions.dropout) returns a clone instead, and a graph traced
-    with it silently stops mutating the caller's tensor. Inside this block the tracing
-    kernel returns the input, as ATen does.
-    """
+    """Trace `aten.dropout` as eager runs it. Outside training (or with p=0) ATen's
+    dropout returns its input itself, so an in-place op on the result mutates the input;
+    torch's tracing kernel returns a clone, and a graph traced with it silently stops
+    mutating the caller's tensor. Inside this block it returns the input, as ATen does."""
     aten = torch.ops.aten
     op = aten.dropout.default
     keys = [k for k in (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd) if k in op.py_kernels]
@@ -239,16 +233,12 @@ def eager_dropout():
 def eager_rnn():
     """Trace RNN/LSTM/GRU as eager runs them; two fixes to torch 2.13's tracing kernels
     (torch._decomp.decompositions):
-
     - `_rnn_helper` sets the dropout between layers to 0 by mistake (`num_layers < i - 1`
-      is never true), so a training graph silently skips the dropout eager applies. Here
-      each layer is traced alone and followed by that dropout, in eager's order (the same
-      RNG draws, on the same sequence-first tensor).
+      is never true), so a training graph silently skips it. Here each layer is traced
+      alone and followed by that dropout, in eager's order (the same RNG draws).
     - `select_one_layer_lstm_function` takes oneDNN's inference-only LSTM kernel whenever
-      the input does not require grad, even when the weights do: its backward then fails
-      for want of the workspace only training mode keeps. Here that kernel is taken only
-      when nothing needs a gradient.
-    """
+      the input does not require grad, even when the weights do, whose backward then
+      fails. Here that kernel is taken only when nothing needs a gradient."""
     import torch._decomp.decompositions as decompositions  # capture only
 
     original = decompositions._rnn_helper
@@ -317,14 +307,17 @@ def function_apply(cls) -> Callable:
     return super(torch.autograd.Function, cls).apply
 
 
+def is_higher_order_op(target) -> bool:
+    """A graph node's target that is a control-flow op (cond, while_loop, scan, map)."""
+    return isinstance(target, torch._ops.HigherOrderOperator)
+
+
 def is_custom_function_node(node) -> bool:
-    """An autograd graph node made by a user's torch.autograd.Function. torch's control
-    flow (cond, while_loop, scan, map) runs through Functions of its own, whose backward
-    torch.export and AOTAutograd trace as higher-order ops: those are not custom."""
-    if not isinstance(node, torch.autograd.function.BackwardCFunction):
-        return False
+    """An autograd node of a user's torch.autograd.Function (not of torch's control flow,
+    whose Functions torch.export and AOTAutograd trace as higher-order ops)."""
     forward_cls = getattr(node, "_forward_cls", None)
-    return not getattr(forward_cls, "__module__", "").startswith("torch._higher_order_ops")
+    return (isinstance(node, torch.autograd.function.BackwardCFunction)
+            and not getattr(forward_cls, "__module__", "").startswith("torch._higher_order_ops"))
 
 
 def functorch_active() -> bool:

@@ -45,7 +45,7 @@ REFUSED: dict[str, str] = {
     "cond_factory_branches_no_operands": _BOTH_TRACERS,
     "while_unbacked_ints_in_cond_and_body": "cannot be captured whole",
     # torch.export bakes the first call's values in; aotc says why a bundle cannot replay it
-    "primitive_attributes_updated": "changes Python attribute(s) x, y, z",
+    "primitive_attributes_updated": "changes Python attribute(s) x, y, z on every call",
     "constant_attribute_mutated": "a plain tensor attribute of the model",
     # torch.export.save cannot write a custom op that returns ints
     "custom_op_ints_index": "torch.export.save cannot write",

@@ -87,7 +87,7 @@ class UserInput:
     kind: Literal["tensor", "int"] = field(default="tensor", metadata={OMIT_DEFAULT: True})
 
 
-ConstantType = Literal["bool", "int", "float", "str", "None"]
+ConstantType = Literal["bool", "int", "float", "str", "None", "Size"]
 ScalarType = Literal["bool", "int", "float"]
 
 
@@ -105,12 +105,12 @@ class ConstantInput:
     """An input that is not a tensor, which torch.export specialized the graphs on: each
     call must pass an equal value. `in_spec` holds it as an `aotc.Constant` node (the
     value the runtime checks); here it is named for people. A float that is not finite
-    is written as its repr ("nan", "inf")."""
+    is written as its repr ("nan", "inf"), a torch.Size as its list of sizes."""
 
     name: str
     path: str
     type: ConstantType
-    value: bool | int | float | str | None
+    value: bool | int | float | str | list[int] | None
 
 
 @dataclass(frozen=True)

@@ -74,14 +74,7 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
             f"{type(program).__name__} failed when run eagerly on copies of its example inputs: "
             f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         ) from e
-    changed = [name for name, value in python_state(program).items() if attributes.get(name, value) != value]
-    if changed:
-        raise CaptureError(
-            f"{type(getattr(program, 'model', program)).__name__}.forward changes Python attribute(s) "
-            f"{', '.join(changed)}: a graph holds the "
-            "values of the call it traced (torch.export bakes them in too), so the bundle would not change them "
-            "from call to call as eager does. Keep such state in buffers (register_buffer)."
-        )
+    _check_python_state(program, attributes, flat_user, in_spec, training)
     tensors = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
     same, shares, offsets = {}, {}, {}
     for k, out in enumerate(outputs):
@@ -117,6 +110,27 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
         visible_mutations=frozenset(i for i, t in tensors if grad_fns[i] is not None and t.grad_fn is not grad_fns[i]),
         grad_paths=paths,
     )
+
+
+def _check_python_state(program, before: dict, flat_user: list, in_spec, training: bool) -> None:
+    """Refuse a forward that changes Python attributes from call to call (a step counter):
+    a graph holds the values of the call it traced. An attribute set from the input's
+    shape the same way every time (transformers' Swin sets `shift_size` from the image
+    size) changes on the first call only, and is accepted: a second call leaves it."""
+    after = python_state(program)
+    if not [name for name, value in after.items() if before.get(name, value) != value]:
+        return
+    args, kwargs = pytree.tree_unflatten(clone_like(flat_user), in_spec)
+    with torch.set_grad_enabled(training):
+        program(*args, **kwargs)
+    changed = [name for name, value in python_state(program).items() if after.get(name, value) != value]
+    if changed:
+        raise CaptureError(
+            f"{type(getattr(program, 'model', program)).__name__}.forward changes Python attribute(s) "
+            f"{', '.join(changed)} on every call: a graph holds the values of the call it traced (torch.export "
+            "bakes them in too), so the bundle would not change them from call to call as eager does. Keep such "
+            "state in buffers (register_buffer)."
+        )
 
 
 _PLAIN = (bool, int, float, str, type(None))

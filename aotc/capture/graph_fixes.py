@@ -12,6 +12,8 @@ import operator
 import torch
 from torch.export import ExportedProgram
 
+from aotc import _torch_compat as tc
+
 
 def savable(program: ExportedProgram) -> None:
     """What torch.export.save and torch.export.load need of `program`, done in place."""
@@ -28,7 +30,7 @@ def _hop_outputs_as_tuples(gm: torch.fx.GraphModule) -> None:
         if not isinstance(module, torch.fx.GraphModule):
             continue
         for node in module.graph.nodes:
-            if isinstance(node.target, torch._ops.HigherOrderOperator) and isinstance(node.meta.get("val"), list):
+            if tc.is_higher_order_op(node.target) and isinstance(node.meta.get("val"), list):
                 node.meta["val"] = tuple(node.meta["val"])
 
 

@@ -34,11 +34,11 @@ def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any, loss=None) 
     """`model(*args, **kwargs)`'s inputs as capture takes them: an int with a Dim in
     `dynamic_shapes` becomes a symbolic size, every other non-tensor input a constant."""
     names, paths = flat_user_names(model, args, kwargs, loss)
-    leaves = pytree.tree_leaves((args, kwargs))
+    leaves = pytree.tree_leaves((args, kwargs), is_leaf=call_inputs.atomic)
     extra = loss.input_names() if isinstance(loss, LossOverInputs) else []
     spec = user_dynamic_shapes(model, args, kwargs, dynamic_shapes, extra)
     spec_args = None if spec is None else (*spec["args"], *spec["kwargs"].values())
-    flat_inputs = pytree.tree_flatten_with_path((*args, *kwargs.values()))[0]
+    flat_inputs = pytree.tree_flatten_with_path((*args, *kwargs.values()), is_leaf=call_inputs.atomic)[0]
     dynamic_ints = {
         i for i, (path, value) in enumerate(flat_inputs)
         if spec_args is not None and call_inputs.is_dynamic_int(value, spec_at(spec_args, path, (*args, *kwargs.values())))
@@ -63,7 +63,7 @@ def flat_user_names(model, args: tuple, kwargs: dict, loss=None) -> tuple[list[s
     arg_names = forward_arg_names(model, model_args(loss, args), kwargs)
     if isinstance(loss, LossOverInputs):
         arg_names += loss.input_names()
-    leaves, _ = pytree.tree_flatten_with_path((args, kwargs))
+    leaves, _ = pytree.tree_flatten_with_path((args, kwargs), is_leaf=call_inputs.atomic)
     names, paths = [], []
     for path, _ in leaves:
         head, rest = path[0], path[1:]

@@ -23,6 +23,7 @@ from aotc.contract.call_inputs import (
     CONSTANT_TYPES,
     TYPE_NAMES,
     Constant,
+    atomic,
     InputRecord,
     IntInput,
     frozen_json,
@@ -130,6 +131,11 @@ class CallForm:
         names = tuple(next(constants, "?") if s.kind == "constant" else next(tensors, "?") for s in slots)
         return CallForm(raw, tuple(slots), names)
 
+    @staticmethod
+    def flatten(tree: Any) -> tuple[list, pytree.TreeSpec]:
+        """A call's leaves as a bundle takes them (a torch.Size is one leaf: a constant)."""
+        return pytree.tree_flatten(tree, is_leaf=atomic)
+
     def matches(self, spec: pytree.TreeSpec) -> bool:
         return spec == self.raw_spec or (not _plain(spec) and _safe_portable(spec) == self.raw_spec)
 
@@ -213,8 +219,8 @@ def describe_spec(spec: pytree.TreeSpec, names: list[str]) -> str:
 
 def describe_call(tree: Any) -> str:
     """A call's inputs in the same words: tensors as 'tensor', other values by repr."""
-    spec = pytree.tree_flatten(tree)[1]
-    leaves = iter(pytree.tree_leaves(tree))
+    leaves, spec = pytree.tree_flatten(tree, is_leaf=atomic)
+    leaves = iter(leaves)
 
     def show(s: pytree.TreeSpec) -> str:
         if s.is_leaf():

@@ -37,8 +37,13 @@ from torch.export import Dim
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
 
-CONSTANT_TYPES = (bool, int, float, str, type(None))
-TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", type(None): "None"}
+CONSTANT_TYPES = (bool, int, float, str, type(None), torch.Size)
+TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", type(None): "None", torch.Size: "Size"}
+
+
+def atomic(value: Any) -> bool:
+    """Inputs taken whole, not as their leaves: a torch.Size (torch.export specializes it)."""
+    return isinstance(value, torch.Size)
 
 
 # ----------------------------------------------------------------------- the nodes
@@ -61,18 +66,22 @@ def constant_context(value: Any) -> tuple[str, Any]:
     1 differ; a float that is not finite as its repr ('nan' equals 'nan')."""
     if isinstance(value, float) and not math.isfinite(value):
         return "float", repr(value)
+    if isinstance(value, torch.Size):
+        return "Size", tuple(value)
     return TYPE_NAMES[type(value)], value
 
 
 def constant_value(context: tuple[str, Any]) -> Any:
     kind, value = context
+    if kind == "Size":
+        return torch.Size(value)
     return float(value) if kind == "float" and isinstance(value, str) else value
 
 
 def load_constant(dumped) -> tuple[str, Any]:
     """A Constant's context from a bundle's JSON, checked (a bundle's JSON is untrusted)."""
     if not isinstance(dumped, list) or len(dumped) != 2 or dumped[0] not in TYPE_NAMES.values():
-        raise ValueError("a constant input is [type, value] with type bool, int, float, str or None")
+        raise ValueError("a constant input is [type, value] with type bool, int, float, str, None or Size")
     kind, value = dumped
     ok = {
         "bool": isinstance(value, bool),
@@ -81,9 +90,13 @@ def load_constant(dumped) -> tuple[str, Any]:
         or value in ("nan", "inf", "-inf"),
         "str": isinstance(value, str),
         "None": value is None,
+        "Size": isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                for v in value),
     }[kind]
     if not ok:
         raise ValueError(f"a constant input of type {kind} has the value {value!r}")
+    if kind == "Size":
+        return kind, tuple(value)
     return kind, float(value) if kind == "float" and not isinstance(value, str) else value
 
 
@@ -178,7 +191,8 @@ def _register() -> None:
     pytree.register_pytree_node(
         Constant, lambda c: ([], constant_context(c.value)), lambda _, ctx: Constant(constant_value(ctx)),
         serialized_type_name="aotc.Constant",
-        to_dumpable_context=lambda ctx: list(ctx), from_dumpable_context=load_constant,
+        to_dumpable_context=lambda ctx: [ctx[0], list(ctx[1]) if ctx[0] == "Size" else ctx[1]],
+        from_dumpable_context=load_constant,
         flatten_with_keys_fn=lambda c: ([], constant_context(c.value)),
     )
     pytree.register_pytree_node(
@@ -207,7 +221,7 @@ def bind(args: tuple, kwargs: dict, names: list[str], dynamic_ints: set[int]) ->
     """(args, kwargs) with every leaf that is not a tensor made a node: an int whose flat
     position is in `dynamic_ints` an IntInput, the rest Constants. `names` are the flat
     leaves' names, for the refusal of a type torch.export does not take either."""
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=atomic)
     device = next((t.device for t in leaves if isinstance(t, torch.Tensor)), torch.device("cpu"))
     bound = []
     for i, (name, value) in enumerate(zip(names, leaves)):
@@ -244,22 +258,21 @@ def is_dynamic_int(value: Any, dims: Any) -> bool:
     return getattr(dims, "name", None) != "STATIC"
 
 
+_FRESH = itertools.count()
+
+
 def carrier_dim(spec: Any, offset: int) -> Any:
     """The dynamic_shapes entry of an int input's carrier: the user's range as a Dim (a
     DYNAMIC hint's bounds too, which torch.export would raise to 2 on a tensor dim; the
     small-size check then replays 0 and 1), moved up by the carrier's offset; AUTO stays."""
-    if getattr(spec, "type", None) is not None and spec.type.name == "AUTO" and not offset:
-        return spec
-    if not offset and not hasattr(spec, "type"):  # a Dim of the user's, perhaps shared with tensor dims
+    hint = getattr(spec, "type", None)  # a hint (AUTO, DYNAMIC) has a type; a Dim, perhaps shared, has none
+    if not offset and (hint is None or hint.name == "AUTO"):
         return spec
     lo = getattr(spec, "min", None) or 0
     hi = getattr(spec, "max", None)
     name = getattr(spec, "__name__", None) or f"int{next(_FRESH)}"
     bounded = hi is not None and hi < sys.maxsize // 2
     return Dim(f"{name}_" if offset else name, min=max(lo, 0) + offset, max=hi + offset if bounded else None)
-
-
-_FRESH = itertools.count()
 
 
 def adapt_dynamic_shapes(spec: Any, value: Any) -> Any:

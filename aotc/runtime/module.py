@@ -193,6 +193,7 @@ class LoadedModule(nn.Module):
                 kwargs = self._keywords.arrange(args, kwargs)  # keywords in another order, or a named error
                 flat, spec = pytree.tree_flatten((args, kwargs))
                 if spec != self._in_spec:
+                    flat, spec = self._call_form.flatten((args, kwargs))
                     if not self._call_form.matches(spec):
                         self._structure_error(flat, args, kwargs)
                     flat = self._call_form.tensors(flat, self.device)  # constants checked, ints as tensors
