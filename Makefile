@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test,onnx,hf,quant,sign]" "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test,onnx,hf,models,quant,sign]" "$(TORCH)"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -239,3 +239,25 @@ def test_a_check_refusing_the_bundle_being_written_is_an_internal_error(tmp_path
     assert "Internal error: InternalError: aotc's check of the bundle it is writing failed" in result.stderr
     assert "This is a bug in aotc; please report it." in result.stderr
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["aoti", "onnx"])
+def test_constants_and_a_symbolic_int_on_compiled_backends(flags_bundle, tmp_path, backend):
+    import shutil
+
+    bundle = tmp_path / "b"
+    shutil.copytree(flags_bundle, bundle)
+    if backend == "aoti":
+        aotc.compile(bundle)
+    else:
+        from aotc.exporters.onnx import add_to_bundle
+
+        add_to_bundle(bundle)
+    loaded, eager = aotc.load(bundle, backend=backend), Flags()
+    for n in (1, 3, 5):
+        args, kwargs = _flags_call(n)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(*args, **kwargs), eager(*args, **kwargs), rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="input 'flag' is False"):
+        loaded(_flags_call()[0][0], False, 2.0, "b", None, n=2)

@@ -50,8 +50,10 @@ def _inputs(spec: dict, device):
         from aotc.bundle.files import Bundle
         from aotc.tools.verify import _golden, _golden_inputs
 
+        from aotc.contract.call_inputs import unwrap
+
         bundle = Bundle.open(spec["bundle"], verify_hashes=False)
-        inputs = _golden_inputs(bundle, _golden(bundle), spec["trusted"])
+        inputs = unwrap(_golden_inputs(bundle, _golden(bundle), spec["trusted"]))  # constants as the user passes them
     return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
 
 
