@@ -147,8 +147,6 @@ class CallForm:
             if slot.kind == "tensor":
                 flat.append(value)
             elif slot.kind == "int":
-                if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_floating_point():
-                    value = int(value)
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise InputError(
                         f"input '{name}' is a {type(value).__name__}; the bundle takes an int there (exported "
@@ -176,14 +174,11 @@ def _shown(value: Any) -> str:
 
 
 def _same_constant(value: Any, context: tuple[str, Any]) -> bool:
-    if not isinstance(value, CONSTANT_TYPES):
+    """The exported value, of the exported type: an int for a float constant is refused too,
+    since a model may treat them apart (`torch.tensor(scale)` is int64 for an int)."""
+    if not isinstance(value, CONSTANT_TYPES) or TYPE_NAMES[type(value)] != context[0]:
         return False
-    kind = context[0]
-    if kind == "float":  # an int that equals the float is the same number to the model
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        ok = TYPE_NAMES[type(value)] == kind
-    return ok and constant_context(float(value) if kind == "float" else value) == context
+    return constant_context(value) == context
 
 
 def _plain(spec: pytree.TreeSpec) -> bool:

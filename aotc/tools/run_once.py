@@ -87,7 +87,7 @@ def read_inputs(path: Path, user_inputs: list[UserInput], in_spec):
     for u in user_inputs:
         t = tensors[u.name]
         if u.kind == "int":
-            if t.dim() != 0 or t.is_floating_point() or t.is_complex() or int(t) < 0:
+            if t.dim() != 0 or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or int(t) < 0:
                 raise InputError(f"the inputs file '{path}' holds '{u.name}' as a tensor of shape {tuple(t.shape)} "
                                  f"and dtype {t.dtype}; it is an int input: give it as a 0-d integer tensor >= 0.")
             t = IntInput.of(int(t), offsets[u.name]).carrier
