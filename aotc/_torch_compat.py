@@ -397,3 +397,40 @@ def inductor_freezing_on() -> None:
     import torch._inductor.config as inductor_config  # inductor: only when compiling
 
     inductor_config.freezing = True
+
+
+@contextlib.contextmanager
+def record_constant_folding(on_fold: Callable[..., None]):
+    """Call `on_fold(gm, node, constant, name, qualname)` each time inductor's freezing
+    turns a node into a constant: a parameter placeholder (`node.op == "placeholder"`)
+    or a computation over constants (a BatchNorm folded into a convolution, a weight
+    prepacked for oneDNN). Called before the node leaves the graph, with the attribute
+    name the constant gets. torch has no hook for this: its one helper, imported by name
+    in two modules, is wrapped for the block."""
+    import torch._inductor.constant_folding as constant_folding  # inductor: only when compiling
+    import torch._inductor.freezing as freezing
+
+    real = constant_folding.replace_node_with_constant
+
+    def replace(gm, node, constant=None, name=None):
+        if name:
+            qualname = name
+        else:  # the name replace_node_with_constant is about to pick
+            i = getattr(gm, "_frozen_param_count", 0)
+            while hasattr(gm, f"_frozen_param{i}"):
+                i += 1
+            qualname = f"_frozen_param{i}"
+        on_fold(gm, node, constant, name, qualname)
+        real(gm, node, constant, name)
+        if constant is not None and getattr(gm, qualname, None) is not constant:
+            raise UnsupportedTorchError(f"inductor's freezing named a folded constant other than {qualname!r}; "
+                                        f"aotc's weight folding is written for torch {SUPPORTED_TORCH}.")
+
+    modules = (constant_folding, freezing)
+    for m in modules:
+        m.replace_node_with_constant = replace
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.replace_node_with_constant = real

@@ -32,13 +32,16 @@ def default_cache_dir() -> Path:
 class CompileOptions:
     """How `compile` builds, beside what (the bundle and the devices): where compiled results
     are cached (AOTC_CACHE_DIR, else ~/.cache/aotc), whether an identical earlier build is
-    reused, whether inference graphs get their weights folded in (`freeze`: faster on CPU
-    convolutions, but the loaded module refuses new weights), and a callback told each graph
-    as it starts and ends: on_graph(kind, device, "start" | "compiled" | "cached")."""
+    reused, how CPU inference graphs get their weights: compiled frozen, the weights folded
+    in at load and again whenever they change (`fold`, the default), kept as graph inputs
+    (`fold=False`), or embedded in the package (`freeze`: no folding at load and a package
+    that runs without aotc, but the loaded module refuses new weights); and a callback
+    told each graph as it starts and ends: on_graph(kind, device, "start" | "compiled" | "cached")."""
 
     cache_dir: str | Path | None = None
     use_cache: bool = True
     freeze: bool = False
+    fold: bool = True
     on_graph: GraphCallback | None = None
 
 
@@ -59,7 +62,7 @@ def compile(path: str | Path, devices=("cpu",), *, options: CompileOptions | Non
         return update_groups(path, lambda group: compile(group, devices, options=o))
 
     build = BuildOptions(cache_dir=Path(o.cache_dir) if o.cache_dir else default_cache_dir(), use_cache=o.use_cache,
-                         freeze=o.freeze)
+                         freeze=o.freeze, fold=o.fold)
 
     def report(kind: str, device: str, event: str) -> None:  # events: "start", "compiled", "cached"
         if o.on_graph:

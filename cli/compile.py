@@ -37,14 +37,18 @@ def _is_bundle(target: str) -> bool:
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="Compile cache [default: $AOTC_CACHE_DIR or ~/.cache/aotc].")
 @click.option("--no-cache", is_flag=True, help="Compile again even if an identical graph was compiled before.")
+@click.option("--no-fold", is_flag=True,
+              help="Keep the weights as inputs of the CPU inference graphs instead of compiling them frozen "
+                   "with the weights folded in at load.")
 @click.option("--freeze", is_flag=True,
-              help="Fold the weights into the inference graphs' code (faster CPU convolutions; the loaded "
+              help="Embed the folded weights in the inference graphs' packages (no folding at load; the loaded "
                    "module then refuses new weights).")
 @exports
 @json_option
 @debug_option
 @handles_errors
-def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | None, no_cache: bool, freeze: bool,
+def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | None, no_cache: bool, no_fold: bool,
+                    freeze: bool,
                     export: ExportOptions, as_json: bool, debug: bool):
     """Compile every graph of a bundle with AOTInductor, for each --device.
 
@@ -103,7 +107,8 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
             note = "cached" if event == "cached" else "compiled"
             progress.update(task, completed=1, description=f"{note} {kind} ({device})")
 
-        options = CompileOptions(cache_dir=cache_dir, use_cache=not no_cache, freeze=freeze, on_graph=on_graph)
+        options = CompileOptions(cache_dir=cache_dir, use_cache=not no_cache, freeze=freeze, fold=not no_fold,
+                                  on_graph=on_graph)
         bundle = compile_bundle(bundle_path, devices=devices, options=options)
     total = time.perf_counter() - started
     note_signature_dropped(out, was_signed, "compiling")

@@ -116,6 +116,12 @@ def _render(info: dict, top_ops: int) -> None:
                       f"{human_size(f['size'])} beside weights.safetensors' {human_size(weights)})"
                       + (f", {prepacked} calls on oneDNN-prepacked weights" if prepacked else "")
                       + "; the loaded module refuses new weights")
+        elif f["kind"] == "compiled" and (f["build"] or {}).get("weights") == "folded":
+            prepacked = f["build"].get("prepacked")
+            out.print(f"[bold]{f['path']}[/]: frozen code, the weights folded in at load and again when they change"
+                      + (f" ({prepacked} calls on oneDNN-prepacked weights)" if prepacked else ""))
+        elif f["kind"] == "compiled" and (f["build"] or {}).get("not_folded"):
+            out.print(f"[bold]{f['path']}[/]: weights passed as inputs, not folded: {f['build']['not_folded']}")
         if f["kind"] == "onnx" and f["build"]:
             b = f["build"]
             out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "

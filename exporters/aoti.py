@@ -4,11 +4,20 @@
 buffers as inputs, so a package holds code only: the weights stay in
 weights.safetensors, stored once for every graph and device.
 
-A frozen package (`aotc compile --freeze`, inference graphs only) is compiled with the
-weights folded in (inductor's freezing: constants folded, CPU convolution and linear
-weights prepacked for oneDNN). It takes the user inputs alone, holds its own copy of the
-weights, and cannot see new ones: the runtime refuses weight changes on a module backed
-by one (FrozenWeightsError). Its manifest entry's build records `"frozen": "true"`.
+CPU inference graphs (inference, prefill, decode) are compiled by default with inductor's
+freezing (constants folded, BatchNorm folded into convolutions, convolution and linear
+weights prepacked for oneDNN), the package left without the constants: the weights are
+folded again at load, and whenever they change, by the fold program the package
+carries (exporters/weight_fold.py). Its build records `"weights": "folded"`. A graph
+whose freezing cannot be recorded, or that updates its buffers, keeps its weights as
+inputs (`"weights": "inputs"`, with the reason in `"not_folded"`); so does every graph
+with `fold=False` (`aotc compile --no-fold`).
+
+A frozen package (`aotc compile --freeze`) embeds the folded weights instead. It takes
+the user inputs alone, holds its own copy of the weights, and cannot see new ones: the
+runtime refuses weight changes on a module backed by one (FrozenWeightsError). Its
+manifest entry's build records `"frozen": "true"`. What it still wins over the default:
+no folding at load, and a package that runs without aotc.
 """
 
 from __future__ import annotations
@@ -23,14 +32,16 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
+from aotc import _torch_compat as tc
 from aotc._torch_compat import aoti_package_loader
-from aotc.bundle.archives import check_compiled_package
+from aotc.bundle.archives import check_compiled_package, read_json_bytes
 from aotc.bundle.files import check_hash
 from aotc.bundle.fingerprint import check_fingerprint
 from aotc.contract.aliasing import StrideGuard
 from aotc.errors import AotcError, BundleError
 from aotc.exporters.aoti_cache import compile_cached, package_problem
 from aotc.exporters.formats import BuildOptions, Built, built_only
+from aotc.exporters.weight_fold import FOLD_MEMBER, FOLD_VERSION, FoldedWeights, FoldError, FoldRecorder, read_from, write_into
 
 FORMAT = "aoti"
 FILE_KIND = "compiled"
@@ -40,6 +51,12 @@ FILE_KIND = "compiled"
 # compiled bundle draws the same masks as eager instead of inductor's own RNG stream.
 COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True}
 FROZEN_OPTIONS: dict[str, object] = {**COMPILE_OPTIONS, "freezing": True}
+# Frozen code, the constants left out of the package: the runtime folds the weights in.
+# The code must not depend on the weights' values, so the two value-dependent shortcuts are
+# off: small constants inlined into the code as literals (always_keep_tensor_constants),
+# constants of one repeated value rebuilt with full() (joint_graph_constant_folding).
+FOLDED_OPTIONS: dict[str, object] = {**FROZEN_OPTIONS, "aot_inductor.package_constants_in_so": False,
+                                     "always_keep_tensor_constants": True, "joint_graph_constant_folding": False}
 FREEZABLE = ("inference", "prefill", "decode")  # graphs that never train their weights
 _STATE = ("parameter", "buffer", "constant")
 
@@ -52,9 +69,87 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
     compile from options.cache_dir); frozen where options.freeze asks and the graph can be."""
     cache = options.cache_dir if options.use_cache else None
-    if not (options.freeze and kind in FREEZABLE):
-        fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
-        return Built(fingerprint, cached)
+    if options.freeze and kind in FREEZABLE:
+        return build_frozen(bundle, kind, device, target, cache)
+    not_folded = None
+    if options.fold and kind in FREEZABLE and device.type == "cpu":
+        not_folded = updated_buffers(bundle, kind)
+        if not not_folded:
+            try:
+                return build_folded(bundle, kind, device, target, cache)
+            except (FoldError, AotcError) as e:  # freezing this graph failed: weights stay inputs
+                not_folded = str(e).strip().splitlines()[0][:300]
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
+    if not_folded:
+        fingerprint = {**fingerprint, "weights": "inputs", "not_folded": not_folded}
+    return Built(fingerprint, cached)
+
+
+def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> Built:
+    """The graph compiled frozen, without its constants, and the fold program that makes
+    them from the weights written into the package; the compile is checked by running
+    the program on the bundle's weights, which must give the constants freezing made."""
+    signature = bundle.signature.graphs[kind]
+
+    def compile_folded(program, example_inputs: list, package_path: Path) -> None:
+        state = {f"state_{k}": i for k, i in enumerate(i for i, s in enumerate(signature.inputs) if s.role in _STATE)}
+        recorder = FoldRecorder(state, example_inputs)
+        with torch.no_grad(), tc.record_constant_folding(recorder):  # see compile_frozen on no_grad
+            compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
+                          package_path, FOLDED_OPTIONS)
+        names = constant_names(package_path)
+        fold = recorder.program(names)
+        recorder.check(fold, example_inputs)
+        check_other_weights(program, fold, package_path, example_inputs, signature)
+        write_into(package_path, fold)
+
+    key_options = {**FOLDED_OPTIONS, "fold_format": FOLD_VERSION}
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_folded, key_options)
+    return Built({**fingerprint, "weights": "folded", "prepacked": str(prepacked_calls(target))}, cached)
+
+
+def check_other_weights(program, fold, package: Path, example_inputs: list, signature) -> None:
+    """The folded package, given other weights, gives the graph's results for them: the
+    evidence that nothing in the compiled code depends on the weights' values (FoldError
+    otherwise, and the graph keeps its weights as inputs)."""
+    g = torch.Generator().manual_seed(0)
+    inputs = list(example_inputs)
+    for i, s in enumerate(signature.inputs):
+        t = inputs[i]
+        if s.role in _STATE and isinstance(t, torch.Tensor) and t.is_floating_point():
+            # new values of the same sign (a variance stays positive), none uniform or zero
+            scale = float(t.detach().abs().mean()) or 1.0
+            noise = torch.rand(t.shape, generator=g, dtype=t.dtype)
+            inputs[i] = t.detach() * (0.75 + 0.5 * noise) + 0.1 * scale * torch.rand(t.shape, generator=g, dtype=t.dtype)
+    with torch.no_grad():
+        want = program.module()(*inputs)
+        workdir = tempfile.mkdtemp(prefix="aotc-load-")
+        try:
+            loader = aoti_package_loader(str(package), -1, workdir)
+            folded = FoldedWeights(fold, loader, "the recorded fold program")
+            folded.sync(inputs)
+            got = loader.boxed_run(_user(signature, inputs))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    want = [w for w in torch.utils._pytree.tree_leaves(want)]
+    for k, (w, o) in enumerate(zip(want, got)):
+        if isinstance(w, torch.Tensor) and w.is_floating_point():
+            tolerance = 1e-3 * (float(w.abs().max()) if w.numel() else 0.0) + 1e-5
+            if w.shape != o.shape or not torch.allclose(o, w, rtol=1e-3, atol=tolerance, equal_nan=True):
+                raise FoldError(f"compiled frozen, output {k} depends on the weights' values at compile time")
+
+
+def constant_names(package: Path) -> list[str]:
+    """The constants an AOTInductor package expects to be given (by their FQNs)."""
+    workdir = tempfile.mkdtemp(prefix="aotc-load-")
+    try:
+        return list(aoti_package_loader(str(package), -1, workdir).get_constant_fqns())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def build_frozen(bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> Built:
+    """The graph compiled with its weights embedded (aotc compile --freeze)."""
     check_freezable(bundle, kind)
     signature = bundle.signature.graphs[kind]
 
@@ -81,9 +176,14 @@ def prepacked_calls(package: Path) -> int:
     return len(re.findall(r"aoti_torch_cpu_(?:mkldnn_\w+|_linear_pointwise\w*|mkl_linear)\(", code))
 
 
+def updated_buffers(bundle, kind: str) -> str | None:
+    """Why the graph's weights cannot be folded, if it updates buffers (BatchNorm statistics
+    in a train-mode capture): it needs them as inputs, or the update would be lost."""
+    updated = [i.name for i in bundle.metadata.programs[kind].inputs if i.kind == "buffer" and i.mutates_data]
+    return f"the graph updates buffers ({', '.join(updated)})" if updated else None
+
+
 def check_freezable(bundle, kind: str) -> None:
-    """A graph that updates its buffers (BatchNorm statistics in a train-mode capture) needs
-    them as inputs: folded into the code, the update would be lost."""
     updated = [i.name for i in bundle.metadata.programs[kind].inputs if i.kind == "buffer" and i.mutates_data]
     if updated:
         raise AotcError(
@@ -258,22 +358,51 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     index = device.index if device.index is not None else -1
     workdir = tempfile.mkdtemp(prefix="aotc-load-")
     try:
-        run = aoti_package_loader(str(path), index, workdir).boxed_run
+        loader = aoti_package_loader(str(path), index, workdir)
+        run = loader.boxed_run
     except Exception as e:
         shutil.rmtree(workdir, ignore_errors=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BundleError(f"'{path}' could not be loaded as an AOTInductor package ({type(e).__name__}: {first}).") from e
-    frozen = (entry.build or {}).get("frozen") == "true"
+    build = entry.build or {}
+    frozen = build.get("frozen") == "true"
+    user = [i for i, s in enumerate(bundle.signature.graphs[kind].inputs) if s.role not in _STATE]
     if frozen:  # the package takes the user inputs alone; the runtime passes state first
-        user = [i for i, s in enumerate(bundle.signature.graphs[kind].inputs) if s.role not in _STATE]
         full = run
 
         def run(args, _full=full, _user=user):
+            return _full([args[i] for i in _user])
+    elif build.get("weights") == "folded":
+        try:
+            weights = folded_weights(path, loader)
+        except Exception:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        full = run
+
+        def run(args, _full=full, _user=user, _weights=weights):
+            _weights.sync(args)
             return _full([args[i] for i in _user])
 
     graph = CompiledGraph(run, input_layouts(bundle, kind), frozen)
     weakref.finalize(graph, shutil.rmtree, workdir, True)
     return graph
+
+
+def folded_weights(path: Path, loader) -> FoldedWeights:
+    """The fold program of a package compiled without its constants, checked to make
+    exactly the constants the package expects."""
+    where = f"'{path}' ({FOLD_MEMBER})"
+    program = read_from(path, read_json_bytes)
+    if program is None:
+        raise BundleError(f"'{path}' was compiled without its weights but has no {FOLD_MEMBER} to fold them; "
+                          "compile the bundle again.")
+    expected = set(loader.get_constant_fqns())
+    if set(program.constants) != expected:
+        missing = sorted(expected - set(program.constants))[:3]
+        raise BundleError(f"{where} does not make the constants the package expects"
+                          + (f" (missing {', '.join(missing)})" if missing else "") + "; compile the bundle again.")
+    return FoldedWeights(program, loader, where)
 
 
 def write(capture, writer) -> None:

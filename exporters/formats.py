@@ -35,12 +35,14 @@ GraphCallback = Callable[[str, str, str], None]
 @dataclass(frozen=True)
 class BuildOptions:
     """What a build may be asked for: an ONNX opset, where compiled results are cached,
-    whether inference graphs are compiled with their weights folded in (aoti)."""
+    whether CPU inference graphs are compiled frozen with the weights folded at load
+    (`fold`, the default) or with the weights embedded (`freeze`) (aoti)."""
 
     opset: int | None = None
     cache_dir: Path | None = None
     use_cache: bool = True
     freeze: bool = False
+    fold: bool = True
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ _FX_MEMBER = re.compile(
 )
 _AOTI_MEMBER = re.compile(
     rf"[A-Za-z0-9_]+/({_RECORDS}|data/aotinductor/[A-Za-z0-9_]+/[A-Za-z0-9_.\-]+"
-    r"\.(cpp|h|so|json|o|bin|cubin|fatbin|ptx|hsaco|spv|txt))"
+    r"\.(cpp|h|so|json|o|bin|cubin|fatbin|ptx|hsaco|spv|txt)"
+    r"|data/aotc/weight_fold\.json)"  # aotc's own: how the weights fold (exporters/weight_fold.py)
 )
 
 
@@ -115,6 +116,11 @@ def _json(data: bytes, where: str):
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
         raise BundleError(f"{where} is not valid JSON ({reason}).") from e
+
+
+def read_json_bytes(data: bytes, where: str):
+    """JSON read from bytes, bounded as read_json_file's; BundleError naming `where` otherwise."""
+    return _json(data, where)
 
 
 def read_json_file(path: Path, where: str | None = None):

@@ -1,7 +1,8 @@
 """`aotc bench`'s raw runner: the compiled packages called bare on flat tensors gathered
 once, with no aotc code per call, the floor the wrapper stack is measured against.
 
-Inference calls the package (a frozen one on the user inputs alone); a joint bundle's step
+Inference calls the package (a frozen or folded one on the user inputs alone, a folded
+one after its weights are folded once); a joint bundle's step
 is the package plus a foreach SGD update, or for a bundle that carries its optimizer, the
 package and a foreach copy of the new parameters and state; a forward+backward bundle's,
 both packages and a foreach SGD update (no buffer updates, no loss function).
@@ -31,20 +32,29 @@ def raw_step(spec: dict, device):
     workdir = tempfile.mkdtemp(prefix="aotc-bench-")
     index = device.index if device.index is not None else -1
 
-    def runner(kind: str):
+    def loader(kind: str):
         path = bundle.path / formats.get("aoti").artifact_path(kind, device.type)
-        return aoti_package_loader(str(path), index, workdir).run
+        return aoti_package_loader(str(path), index, workdir)
+
+    def runner(kind: str):
+        return loader(kind).run
 
     kinds = bundle.graph_kinds
     if not spec["train"] or "inference" in kinds:
         kind = "inference" if "inference" in kinds else kinds[0]
-        run, flat = runner(kind), example_graph_inputs(bundle, kind, device)
-        entry = bundle.manifest.file(formats.get("aoti").artifact_path(kind, device.type))
-        if (entry.build or {}).get("frozen") == "true":  # the weights are in the package: user inputs only
+        package, flat = loader(kind), example_graph_inputs(bundle, kind, device)
+        run = package.run
+        aoti = formats.get("aoti")
+        build = bundle.manifest.file(aoti.artifact_path(kind, device.type)).build or {}
+        folded = None  # kept alive while the package uses its tensors
+        if build.get("weights") == "folded":  # the weights folded once, as aotc does at load
+            folded = aoti.folded_weights(bundle.path / aoti.artifact_path(kind, device.type), package)
+            folded.sync(flat)
+        if build.get("frozen") == "true" or build.get("weights") == "folded":  # user inputs only
             flat = [v for s, v in zip(bundle.signature.graphs[kind].inputs, flat)
                     if s.role not in ("parameter", "buffer", "constant")]
 
-        def infer():
+        def infer(_folded=folded):
             with torch.no_grad():  # as every other variant's inference step: the same harness cost
                 return run(flat)
 

@@ -1,0 +1,141 @@
+"""The default CPU compile: inference graphs compiled frozen (BatchNorm folded into the
+convolutions, weights prepacked for oneDNN), the package without its weights, which
+aotc folds in at load and again whenever they change (exporters/weight_fold.py).
+
+Every result is compared with eager PyTorch, before and after new weights: a folded
+package that kept its old constants would be a silent wrong result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import BundleError
+from conftest import SAMPLES, fresh_sample, invoke
+from aotc.exporters import weight_fold
+from aotc.exporters.weight_fold import FoldProgram
+
+pytestmark = pytest.mark.slow  # AOTInductor compiles (about 15 s each here)
+
+
+def other_weights(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """`model` with every parameter and BatchNorm statistic drawn again."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if t.is_floating_point():
+                t.copy_(torch.rand(t.shape, generator=g) + 0.5 if "running_var" in name
+                        else torch.randn(t.shape, generator=g) * 0.3)
+    return model
+
+
+@pytest.fixture(scope="module")
+def folded_cnn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fold") / "cnn"
+    result = invoke("compile", SAMPLES / "cnn.py", "-o", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    return path, json.loads(result.stdout)
+
+
+def test_default_compile_folds_the_weights_and_matches_eager(folded_cnn):
+    path, summary = folded_cnn
+    build = summary["compiled"]["compiled/cpu/inference.pt2"]["build"]
+    eager = fresh_sample("cnn").module.eval()
+    layers = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) for m in eager.modules())
+    assert build["weights"] == "folded" and int(build["prepacked"]) == layers
+    # the package holds code only: the weights are stored once, in weights.safetensors
+    assert summary["compiled"]["compiled/cpu/inference.pt2"]["size_bytes"] < 4 << 20
+    loaded = aotc.load(path, backend="aoti")
+    with torch.no_grad():
+        x = torch.randn(4, 3, 16, 16)
+        torch.testing.assert_close(loaded(x), eager(x), rtol=1e-4, atol=1e-5)
+    said = " ".join(invoke("inspect", path).stderr.split())
+    assert "frozen code, the weights folded in at load and again when they change" in said
+    assert aotc.verify(path).ok
+
+
+def test_new_weights_are_folded_in(folded_cnn, monkeypatch):
+    path, _ = folded_cnn
+    runs = []
+    runner = FoldProgram.runner
+
+    def counted(self, where):
+        run = runner(self, where)
+        return lambda inputs: runs.append(1) or run(inputs)
+
+    monkeypatch.setattr(FoldProgram, "runner", counted)
+    loaded = aotc.load(path, backend="aoti")
+    eager = fresh_sample("cnn").module.eval()
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            loaded(x)
+        assert len(runs) == 1  # folded once, at the first call, not on every call
+
+        new = other_weights(fresh_sample("cnn").module.eval(), seed=1)
+        loaded.load_state_dict(new.state_dict())
+        torch.testing.assert_close(loaded(x), new(x), rtol=1e-4, atol=1e-5)
+        assert (loaded(x) - eager(x)).abs().max() > 0.1  # the new weights do change the result
+
+        for model in (loaded, new):  # changed in place: BatchNorm's statistics, a convolution's weight
+            model.bn1.running_var.mul_(3)
+            model.conv2.weight.add_(0.5)
+        torch.testing.assert_close(loaded(x), new(x), rtol=1e-4, atol=1e-5)
+
+        bias = torch.randn(10)
+        loaded.fc.bias = torch.nn.Parameter(bias.clone())
+        new.fc.bias = torch.nn.Parameter(bias.clone())
+        torch.testing.assert_close(loaded(x), new(x), rtol=1e-4, atol=1e-5)
+    assert len(runs) == 4
+
+
+def test_the_compile_cache_serves_other_weights(folded_cnn, tmp_path):
+    # the compiled code does not depend on the weights' values: a model of the same
+    # structure with other weights reuses the compile, and gets its own results
+    path, _ = folded_cnn
+    sample = fresh_sample("cnn")
+    model = other_weights(sample.module.eval(), seed=2)
+    aotc.export(model, sample.args, tmp_path / "other")
+    events = []
+    aotc.compile(tmp_path / "other", on_graph=lambda kind, device, event: events.append(event))
+    assert events == ["start", "cached"]
+    loaded = aotc.load(tmp_path / "other", backend="aoti")
+    with torch.no_grad():
+        x = torch.randn(4, 3, 16, 16)
+        torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_graph_that_updates_buffers_keeps_its_weights_as_inputs(tmp_path):
+    # an inference graph captured in train mode updates BatchNorm's running statistics:
+    # folded, the update would be lost
+    assert invoke("export", SAMPLES / "mlp.py", "--train", "-o", tmp_path / "b").exit_code == 0
+    bundle = aotc.compile(tmp_path / "b")
+    build = bundle.manifest.file("compiled/cpu/inference.pt2").build
+    assert build["weights"] == "inputs" and "updates buffers (bn.running_mean" in build["not_folded"]
+    sample = fresh_sample("mlp")
+    eager, loaded = sample.module.train(), aotc.load(tmp_path / "b", backend="aoti", mode="train")
+    torch.testing.assert_close(loaded(*sample.args), eager(*sample.args), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loaded.bn.running_mean, eager.bn.running_mean)
+
+
+def test_a_fold_program_names_torch_ops_only():
+    def runner(nodes, constants=None):
+        return FoldProgram(nodes, constants or {"c": {"node": 0}}).runner("test")
+
+    x = torch.randn(3)
+    ok = runner([{"op": "aten::mul.Tensor", "args": [{"input": 0}, 2.0], "kwargs": {}}])
+    torch.testing.assert_close(ok([x])["c"], x * 2)
+    with pytest.raises(BundleError, match="outside the namespaces"):
+        runner([{"op": "builtins::eval.default", "args": [], "kwargs": {}}])
+    with pytest.raises(BundleError, match="no op 'aten::no_such_op.default'"):
+        runner([{"op": "aten::no_such_op.default", "args": [], "kwargs": {}}])
+    with pytest.raises(BundleError, match="comes before that node"):
+        runner([{"op": "aten::neg.default", "args": [{"node": 0}], "kwargs": {}}])
+    with pytest.raises(BundleError, match="not one a fold program has"):
+        runner([{"op": "aten::neg.default", "args": [{"code": "import os"}], "kwargs": {}}])
+    with pytest.raises(BundleError, match="not a version 1 weight fold program"):
+        FoldProgram.from_json({"version": 9, "nodes": [], "constants": {}}, "test")
+    assert weight_fold.NAMESPACES == ("aten", "prims", "mkldnn", "mkl", "quantized", "onednn")
