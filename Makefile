@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: install demo test bench fuzz clean
+.PHONY: install demo test bench bench-suite fuzz clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,15 @@ BENCH_ARGS ?= --threads 1 2
 bench: install
 	$(PY) -m pip install -q matplotlib
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+
+# The benchmark suite (aotc/tools/bench_suite.py): 21 real model definitions compiled with no
+# flags, against eager and torch.compile, at 1 thread and every core, 3 fresh processes per
+# variant; writes benchmarks/suite/{results.json,report.md,report.png}. Hours on 2 cores;
+# a part: make bench-suite SUITE_ARGS="--models bert,resnet --no-train"
+SUITE_ARGS ?=
+bench-suite: install
+	$(PY) -m pip install -q matplotlib
+	$(VENV)/bin/aotc bench --suite --repeats 3 $(SUITE_ARGS)
 
 clean:
 	rm -rf build bundles .pytest_cache

@@ -22,17 +22,24 @@ from aotc.cli._common import (
 
 
 @click.command("bench")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@click.argument("bundle", type=click.Path(path_type=Path), required=False)
+@click.option("--suite", is_flag=True, help="Run the benchmark suite (real model definitions, each compiled with "
+              "no flags) instead of one bundle; writes results.json, report.md and report.png to --out.")
+@click.option("--models", help="--suite: comma-separated model names [default: all].")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("benchmarks/suite"), show_default=True,
+              help="--suite: where results and bundles go.")
+@click.option("--no-train", is_flag=True, help="--suite: inference rows only.")
 @click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines "
               "[default: for a bundle exported from a Hugging Face folder, rebuilt from its hf/config.json].")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
 @click.option("--baselines", default="eager,torch.compile,aot_compile,raw", show_default=True,
               help="Comma-separated: eager, torch.compile, aot_compile (torch.compile's saved artifact), "
                    "raw (the AOTInductor package's own runner, no aotc code); 'none' for the bundle alone.")
-@click.option("--iters", default=200, show_default=True, help="Timed calls per variant.")
+@click.option("--iters", type=int, help="Timed calls per variant [default: 200; --suite: 30].")
 @click.option("--warmup", default=20, show_default=True, help="Untimed calls before timing.")
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--threads", default=1, show_default=True, help="torch threads in each variant's process.")
+@click.option("--threads", type=int, help="torch threads in each variant's process [default: 1; --suite: 1 and "
+              "every core].")
 @click.option("--repeats", default=1, show_default=True,
               help="Fresh processes per variant; figures are their medians, with the spread.")
 @click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
@@ -42,8 +49,8 @@ from aotc.cli._common import (
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, model, backends, baselines, iters, warmup, device, threads, repeats, train, record,
-                  trusted, public_keys, as_json, debug):
+def bench_command(bundle, suite, models, out, no_train, model, backends, baselines, iters, warmup, device, threads,
+                  repeats, train, record, trusted, public_keys, as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
 
@@ -55,7 +62,13 @@ def bench_command(bundle, model, backends, baselines, iters, warmup, device, thr
     Examples:
       aotc bench bundles/tiny_transformer --model sample_models/tiny_transformer.py
       aotc bench bundles/mlp-fb --baselines none --train --json
+      aotc bench --suite --models bert,resnet --repeats 3
     """
+    if suite:
+        return _suite(models, out, threads, repeats, iters or 30, not no_train, as_json)
+    if bundle is None:
+        raise click.UsageError("name a BUNDLE to time, or --suite.")
+    threads, iters = threads or 1, iters or 200
     from aotc.tools.bench import BASELINES
     from aotc.tools.bench import as_json as results_json
     from aotc.tools.bench import bench
@@ -129,3 +142,29 @@ def results_table(results, title: str):
             *(f"{base.median_us / r.median_us:.2f}x" for base, _ in bases),
         )
     return Group(table, *failed)
+
+
+def _suite(models: str | None, out: Path, threads: int | None, repeats: int, iters: int, train: bool,
+           as_json: bool) -> None:
+    import os
+    import time
+
+    from aotc.tools.bench_suite import run_suite
+
+    console_out = console()
+    names = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    counts = [threads] if threads else sorted({1, os.cpu_count() or 1})
+    started = time.perf_counter()
+    with step_progress(console_out) as progress:
+        task = progress.add_task("starting", total=None)
+
+        def say(what: str) -> None:
+            progress.reset(task, description=what, total=None)
+
+        results = run_suite(names, out, counts, repeats=repeats, iters=iters, train=train, say=say)
+    if as_json:
+        emit_json(results)
+        return
+    console_out.print((out / "report.md").read_text(), markup=False, highlight=False)
+    console_out.print(f"written to {out}/ (results.json, report.md, report.png) in "
+                      f"{time.perf_counter() - started:.0f} s")

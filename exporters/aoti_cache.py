@@ -1,4 +1,4 @@
-"""The `aoti` format's compile cache and the checks a compiled graph needs.
+"""The `aoti` format's compiling, its cache, and the checks a compiled graph needs.
 
 Results are cached under a content hash of the graph, the compile options, the device,
 the torch version, the compiler and the CPU's flags, so compiling an unchanged model
@@ -38,6 +38,11 @@ def graph_content_hash(path: Path) -> str:
             digest.update(archive.read(name))
     return digest.hexdigest()
 
+
+# Inductor options that shape the artifact; part of the compile cache key.
+# fallback_random: random ops (dropout) call eager's kernels, so under the same seed a
+# compiled bundle draws the same masks as eager instead of inductor's own RNG stream.
+COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True}
 
 # Bumped whenever aotc changes a graph before handing it to AOTInductor, so artifacts
 # cached by an older aotc are not reused.
@@ -140,3 +145,67 @@ def package_problem(path: Path) -> str | None:
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         return f"{type(e).__name__} in {path.name}: {str(e).splitlines()[0] if str(e) else ''}"
     return None
+
+
+def _copy_views_of_inputs(program) -> None:
+    """Make every output that is a view of a graph input (not the input itself) a copy.
+
+    AOTInductor in torch 2.13 can return such a view with the input's own strides when
+    the input is returned too (e.g. a backward graph returning `tangent` and
+    `tangent.t()`): a silently wrong gradient. A copy in the view's layout has the right
+    values; the runtime rebuilds real views of inputs from the metadata anyway."""
+    graph = program.graph_module.graph
+    output = graph.find_nodes(op="output")[0]
+    placeholders = set(graph.find_nodes(op="placeholder"))
+
+    def views_an_input(node) -> bool:
+        while isinstance(node, torch.fx.Node) and node not in placeholders:
+            target = node.target
+            if not (isinstance(target, torch._ops.OpOverload) and target.is_view):
+                return False
+            node = node.args[0]
+        return isinstance(node, torch.fx.Node)
+
+    copies = {}
+    for node in output.all_input_nodes:
+        if node not in placeholders and views_an_input(node):
+            with graph.inserting_before(output):
+                copy = graph.call_function(torch.ops.aten.clone.default, (node,))
+            copy.meta["val"] = node.meta["val"].clone()
+            copies[node] = copy
+    if copies:
+        output.args = torch.fx.map_arg(output.args, lambda n: copies.get(n, n))
+        program.graph_module.recompile()
+
+
+def compile_graph(program, example_inputs: list, package_path: Path, configs: dict = COMPILE_OPTIONS) -> None:
+    """AOTInductor-compile `program` (an ExportedProgram) for the device of its inputs.
+
+    A package whose metadata does not read back (inductor's shared cache can hand out a
+    file another process is still writing) is compiled once more with inductor's caches
+    off; a second bad package is an error, never a bundle.
+    """
+    from torch._inductor import aoti_compile_and_package  # inductor: imported only to compile
+
+    _copy_views_of_inputs(program)
+    program.example_inputs = (tuple(example_inputs), {})
+    try:
+        for attempt in range(2):
+            with torch._inductor.config.patch(force_disable_caches=attempt > 0):
+                aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=dict(configs))
+            problem = package_problem(package_path)
+            if problem is None:
+                return
+        raise AotcError(f"AOTInductor wrote a package that does not read back ({problem}); compile again.")
+    except AotcError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        hint = ""
+        if "while_loop_stack_output" in first:  # torch 2.13: AOTInductor has no C++ for while_loop's saved steps
+            hint = (" torch's AOTInductor cannot compile a while_loop that is differentiated (its forward saves "
+                    "every iteration); this bundle runs on the fx backend (aotc.load(..., backend='fx')), or "
+                    "export an inference graph to compile.")
+        raise AotcError(f"AOTInductor could not compile the graph: {type(e).__name__}: {first}.{hint}") from e
+    finally:
+        program.example_inputs = None

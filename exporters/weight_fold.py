@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from aotc import _torch_compat as tc
 from aotc.errors import BundleError
 
 FOLD_MEMBER = "data/aotc/weight_fold.json"
@@ -45,9 +46,9 @@ class FoldError(Exception):
 def _op_name(target) -> str:
     if target is operator.getitem:
         return "getitem"
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, tc.OpOverload):
         name = f"{target._schema.name}.{target._overloadname}"
-    elif isinstance(target, torch._ops.OpOverloadPacket):
+    elif isinstance(target, tc.OpOverloadPacket):
         name = target._qualified_op_name
     else:
         raise FoldError(f"freezing folded a call to {target!r}, which is not an ATen or oneDNN op")
@@ -281,7 +282,7 @@ class FoldRecorder:
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.layout != b.layout or a.dtype != b.dtype or a.shape != b.shape:
         return False
-    if a.layout == torch._mkldnn:
+    if a.layout == tc.MKLDNN_LAYOUT:
         a, b = a.to_dense(), b.to_dense()
     return torch.equal(a, b)
 

@@ -257,7 +257,7 @@ def test_export_takes_its_options_as_a_dataclass_or_as_keywords(tmp_path):
 # where the import graph above sees it.
 HEAVY = ("torch._dynamo", "torch._inductor", "torch._decomp", "torch.onnx", "torch.fx.experimental.symbolic_shapes",
          "torch.distributed", "transformers", "onnxscript", "onnxruntime", "onnx", "torchao", "selenium",
-         "model_signing")
+         "model_signing", "matplotlib")
 FUNCTION_IMPORTS = {
     "aotc.tools.bench_child": "a variant's cold start counts its imports: each imports only what it runs",
     "aotc.sources.hf_folder": "the CLI reads TASKS at import, before torch is imported",

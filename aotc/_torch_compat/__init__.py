@@ -15,7 +15,6 @@ import importlib
 import os
 import sys
 import sysconfig
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,12 +24,13 @@ from torch._C import DispatchKey
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
 from torch._guards import TracingContext, tracing
 from torch.nn.modules import module as nn_module
-from torch._ops import OpOverload
+from torch._ops import OpOverload, OpOverloadPacket
 from torch.overrides import _get_current_function_mode_stack
 
 from aotc.errors import UnsupportedTorchError
 
 SUPPORTED_TORCH = "2.13"
+MKLDNN_LAYOUT = torch._mkldnn  # the layout of oneDNN-prepacked weights
 
 _DESCRIPTORS = "torch._functorch._aot_autograd.descriptors"
 _LAZY = {
@@ -138,19 +138,6 @@ def reference_metadata(fn, flat_args: list):
         )(*fake_args)
 
 
-def inductor_cpu_isa():
-    """The vector ISA inductor compiles CPU kernels for (it probes by compiling; slow once)."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa  # inductor: only when compiling or fingerprinting
-
-    return pick_vec_isa()
-
-
-def inductor_cpp_compiler() -> str:
-    from torch._inductor.cpp_builder import get_cpp_compiler  # inductor: only when compiling or fingerprinting
-
-    return get_cpp_compiler()
-
-
 def onnx_unsupported_ops(graph) -> list[str]:
     """Operators in an FX graph that torch.onnx's op registry cannot translate (runtime
     assertions, which the exporter drops before translating, are not among them)."""
@@ -162,34 +149,6 @@ def onnx_unsupported_ops(graph) -> list[str]:
         if n.op == "call_function" and isinstance(n.target, OpOverload) and not registry.is_registered(n.target)
         and not n.target.name().startswith(("aten::_assert", "aten::sym_constrain_range"))
     })
-
-
-_TMPDIR_LOCK = threading.Lock()
-
-
-def aoti_package_loader(path: str, device_index: int, workdir: str):
-    """An AOTInductor package's loader (`run`, `boxed_run`), without torch's Python wrapper.
-
-    `torch._inductor.aoti_load_package` first calls `get_device_information`, which picks
-    the CPU vector ISA by compiling probe programs (seconds with a cold inductor cache;
-    pytorch issue 191715) only to log a warning on mismatch. aotc checks the build
-    fingerprint from /proc/cpuinfo instead, so it loads the package directly.
-
-    The loader extracts the package into a fresh `aotinductor_*` directory under
-    $TMPDIR and leaves it there when loading fails; $TMPDIR points at `workdir` while it
-    runs, so the caller can remove whatever it left.
-    """
-    with _TMPDIR_LOCK:
-        previous = os.environ.get("TMPDIR")
-        os.environ["TMPDIR"] = workdir
-        try:
-            loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
-        finally:
-            if previous is None:
-                del os.environ["TMPDIR"]
-            else:
-                os.environ["TMPDIR"] = previous
-    return loader
 
 
 def fake_mode_tracing(program):
@@ -390,47 +349,11 @@ def mark_optimizer_stepped(optimizer) -> None:
     optimizer._opt_called = True
 
 
-def inductor_freezing_on() -> None:
-    """Turn inductor's freezing on for this process (bench's `torch.compile freezing`
-    child). `torch.compile(options={"freezing": True})` does not reach the check in
-    compile_fx that decides on freezing; the global config does."""
-    import torch._inductor.config as inductor_config  # inductor: only when compiling
-
-    inductor_config.freezing = True
-
-
-@contextlib.contextmanager
-def record_constant_folding(on_fold: Callable[..., None]):
-    """Call `on_fold(gm, node, constant, name, qualname)` each time inductor's freezing
-    turns a node into a constant: a parameter placeholder (`node.op == "placeholder"`)
-    or a computation over constants (a BatchNorm folded into a convolution, a weight
-    prepacked for oneDNN). Called before the node leaves the graph, with the attribute
-    name the constant gets. torch has no hook for this: its one helper, imported by name
-    in two modules, is wrapped for the block."""
-    import torch._inductor.constant_folding as constant_folding  # inductor: only when compiling
-    import torch._inductor.freezing as freezing
-
-    real = constant_folding.replace_node_with_constant
-
-    def replace(gm, node, constant=None, name=None):
-        if name:
-            qualname = name
-        else:  # the name replace_node_with_constant is about to pick
-            i = getattr(gm, "_frozen_param_count", 0)
-            while hasattr(gm, f"_frozen_param{i}"):
-                i += 1
-            qualname = f"_frozen_param{i}"
-        on_fold(gm, node, constant, name, qualname)
-        real(gm, node, constant, name)
-        if constant is not None and getattr(gm, qualname, None) is not constant:
-            raise UnsupportedTorchError(f"inductor's freezing named a folded constant other than {qualname!r}; "
-                                        f"aotc's weight folding is written for torch {SUPPORTED_TORCH}.")
-
-    modules = (constant_folding, freezing)
-    for m in modules:
-        m.replace_node_with_constant = replace
-    try:
-        yield
-    finally:
-        for m in modules:
-            m.replace_node_with_constant = real
+# AOTInductor and inductor's freezing, in a module of their own (imported by name here)
+from aotc._torch_compat.inductor import (  # noqa: E402
+    aoti_package_loader,
+    inductor_cpp_compiler,
+    inductor_cpu_isa,
+    inductor_freezing_on,
+    record_constant_folding,
+)

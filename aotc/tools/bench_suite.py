@@ -1,0 +1,237 @@
+"""`aotc bench --suite` (`make bench-suite`): aotc against eager and torch.compile on a suite
+of real model definitions, with geomeans per family.
+
+Each model is a model file in aotc/tools/suite_models (transformers' and diffusers' own
+classes built from configs, random weights) or one of the repository's sample models.
+For each: `aotc compile` with no flags (timed, with the bundle's size), then `aotc bench`
+on inference at each thread count: aotc's aoti backend, the raw AOTInductor runner, eager,
+torch.compile and torch.compile with freezing (their cold-cache first call is their
+compile time). Training rows add a forward+backward bundle's step and the fused steps of
+joint bundles that carry SGD and AdamW, against eager's same steps. Every variant runs in
+`repeats` fresh processes; figures are medians.
+
+Results go to `<out>/results.json` (a run adds to it model by model, so the suite can be
+run in parts), `<out>/report.md` (the table and the geomeans) and `<out>/report.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aotc.errors import AotcError
+from aotc.tools.bench import as_json, bench
+
+HERE = Path(__file__).resolve().parent
+SAMPLES = HERE.parent.parent / "sample_models"  # in a checkout of the repository
+
+
+@dataclass(frozen=True)
+class SuiteModel:
+    name: str
+    family: str  # text, vision, audio, diffusion, samples
+    source: Path
+    train: bool = False  # also timed on training steps
+
+
+def _suite() -> list[SuiteModel]:
+    models = HERE / "suite_models"
+    families = {
+        "text": ["bert", "roberta", "distilbert", "gpt2", "llama", "qwen2"],
+        "vision": ["vit", "resnet", "convnext", "swin", "mobilenetv2"],
+        "audio": ["wav2vec2", "whisper_encoder"],
+        "diffusion": ["unet2d_condition", "vae_decoder"],
+    }
+    train = {"bert", "gpt2", "resnet"}
+    suite = [SuiteModel(n, f, models / f"{n}.py", n in train) for f, names in families.items() for n in names]
+    if SAMPLES.is_dir():
+        samples = ["mlp", "cnn", "tiny_transformer", "classifier", "gpt_small", "resnet18"]
+        suite += [SuiteModel(n, "samples", SAMPLES / f"{n}.py", n in {"mlp", "cnn", "tiny_transformer", "resnet18"})
+                  for n in samples]
+    return suite
+
+
+SUITE = _suite()
+INFERENCE = ("aotc aoti/cpu", "aoti raw runner", "eager", "torch.compile (warm cache)",
+             "torch.compile freezing (warm cache)")
+
+
+def pick(names: list[str] | None) -> list[SuiteModel]:
+    if not names:
+        return SUITE
+    known = {m.name: m for m in SUITE}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise AotcError(f"the suite has no model {', '.join(unknown)}; it has {', '.join(known)}.")
+    return [known[n] for n in names]
+
+
+def compile_bundle(model: SuiteModel, target: Path, flags: list[str]) -> dict:
+    """`aotc compile` of the model file into `target` in a fresh process, with the compile
+    cache off (the time is a first compile's); its --json summary."""
+    aotc_bin = Path(sys.executable).parent / "aotc"
+    started = time.perf_counter()
+    proc = subprocess.run([str(aotc_bin), "compile", str(model.source), "-o", str(target), "--force", "--no-cache",
+                           "--json", *flags], capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode != 0:
+        last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        raise AotcError(f"aotc compile {model.name} {' '.join(flags)} failed: {last[0]}")
+    summary = json.loads(proc.stdout)
+    return {"compile_s": round(time.perf_counter() - started, 1), "size_bytes": summary["size_bytes"],
+            "build": {p: e["build"] for p, e in summary.get("compiled", {}).items()}}
+
+
+def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int, iters: int, train: bool,
+              say: Callable[[str], None]) -> dict:
+    """One model's rows: {"inference": {threads: {variant: figures}}, "train": {...}, compile facts}."""
+    say(f"{model.name}: aotc compile")
+    row: dict = {"family": model.family, "inference": {}, "train": {}}
+    bundle = workdir / model.name
+    row["compile"] = compile_bundle(model, bundle, [])
+    for t in threads:
+        results = bench(bundle, backends=["aoti"], baselines=("eager", "torch.compile", "raw"), iters=iters,
+                        warmup=max(3, iters // 10), threads=t, repeats=repeats, model=str(model.source),
+                        on_variant=lambda v, t=t: say(f"{model.name}: {v} ({t} thread{'s' * (t > 1)})"))
+        row["inference"][str(t)] = {r["variant"]: r for r in as_json(results)}
+    if train and model.train:
+        kinds = {"forward+backward": ["--autograd"], "joint+sgd": ["--joint", "--optimizer", "sgd"],
+                 "joint+adamw": ["--joint", "--optimizer", "adamw"]}
+        for kind, flags in kinds.items():
+            say(f"{model.name}: aotc compile {kind}")
+            path = workdir / f"{model.name}-{kind.replace('+', '-')}"
+            facts = compile_bundle(model, path, flags)
+            baselines = ("eager", "torch.compile") if kind == "forward+backward" else ("eager",)
+            results = bench(path, backends=["aoti"], baselines=baselines, iters=iters, warmup=max(3, iters // 10),
+                            threads=threads[0], train=True, repeats=repeats, model=str(model.source),
+                            on_variant=lambda v, k=kind: say(f"{model.name}: {k}: {v}"))
+            row["train"][kind] = {"compile": facts, "threads": threads[0],
+                                  "results": {r["variant"]: r for r in as_json(results)}}
+    return row
+
+
+def run_suite(names: list[str] | None, out: Path, threads: list[int], repeats: int = 3, iters: int = 30,
+              train: bool = True, say: Callable[[str], None] = print) -> dict:
+    """Run the suite (or the models `names`), adding each model's rows to out/results.json
+    as it finishes; writes the report; returns every result so far."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    workdir = out / "bundles"
+    for model in pick(names):
+        results[model.name] = run_model(model, workdir, threads, repeats, iters, train, say)
+        path.write_text(json.dumps(results, indent=1))
+        write_report(results, out)
+    return results
+
+
+# ----------------------------------------------------------------- the report
+
+
+def _median(figures: dict | None) -> float | None:
+    return figures.get("median_us") if figures else None
+
+
+def speedups(row: dict, threads: str) -> dict[str, float]:
+    """Each inference variant's speed relative to eager (eager time / its time) at `threads`."""
+    timed = row["inference"].get(threads, {})
+    eager = _median(timed.get("eager"))
+    return {v: eager / _median(timed[v]) for v in INFERENCE if eager and _median(timed.get(v))}
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def family_geomeans(results: dict, threads: str) -> dict[str, dict[str, float]]:
+    families: dict[str, dict[str, list[float]]] = {}
+    for row in results.values():
+        for variant, s in speedups(row, threads).items():
+            families.setdefault(row["family"], {}).setdefault(variant, []).append(s)
+    return {f: {v: geomean(xs) for v, xs in by.items()} for f, by in families.items()}
+
+
+SHORT = {"aotc aoti/cpu": "aotc", "aoti raw runner": "raw", "eager": "eager", "torch.compile (warm cache)": "tc",
+         "torch.compile freezing (warm cache)": "tc freeze"}
+
+
+def report_md(results: dict) -> str:
+    threads = sorted({t for row in results.values() for t in row["inference"]}, key=int)
+    lines = ["# aotc benchmark suite", "",
+             "Inference speed relative to eager (eager's median time / the variant's; > 1 is faster), "
+             "medians of fresh processes. `aotc`: `aotc compile` with no flags, loaded with aotc.load; "
+             "`raw`: the same package's own runner; `tc`: torch.compile (warm cache); `tc freeze`: torch.compile "
+             "with inductor's freezing. Compile: `aotc compile --no-cache` wall time, and torch.compile's "
+             "cold-cache first call.", ""]
+    for t in threads:
+        lines += [f"## Inference, {t} thread{'s' * (int(t) > 1)}", "",
+                  "| model | family | eager | aotc | raw | tc | tc freeze | aotc compile | tc compile | bundle |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, row in results.items():
+            timed = row["inference"].get(t)
+            if not timed:
+                continue
+            s = speedups(row, t)
+            eager = _median(timed.get("eager"))
+            cold = (timed.get("torch.compile (cold cache)") or {}).get("cold_start_s")
+            cells = [f"{s[v]:.2f}x" if v in s else "failed" for v in INFERENCE if v != "eager"]
+            lines.append(f"| {name} | {row['family']} | {eager / 1e3:.2f} ms | " + " | ".join(cells)
+                         + f" | {row['compile']['compile_s']:.0f} s | {cold:.0f} s | "
+                         f"{row['compile']['size_bytes'] / 2**20:.1f} MiB |" if eager and cold
+                         else f"| {name} | {row['family']} | failed | | | | | | | |")
+        lines += ["", f"Geomean speedup over eager per family ({t} thread{'s' * (int(t) > 1)}):", "",
+                  "| family | models | aotc | raw | tc | tc freeze |", "|---|---|---|---|---|---|"]
+        for family, g in family_geomeans(results, t).items():
+            count = sum(1 for r in results.values() if r["family"] == family and t in r["inference"])
+            lines.append(f"| {family} | {count} | " + " | ".join(
+                f"{g[v]:.2f}x" if g.get(v) else "-" for v in INFERENCE if v != "eager") + " |")
+        lines.append("")
+    trained = {n: r for n, r in results.items() if r["train"]}
+    if trained:
+        lines += ["## Training steps (speed relative to eager's same step)", "",
+                  "| model | step | eager | aotc | tc | aotc compile |", "|---|---|---|---|---|---|"]
+        for name, row in trained.items():
+            for kind, facts in row["train"].items():
+                res = facts["results"]
+                eager = _median(res.get("eager"))
+                aotc = next((r for v, r in res.items() if v.startswith("aotc")), None)
+                tc = res.get("torch.compile (warm cache)")
+                ratio = (lambda r: f"{eager / _median(r):.2f}x" if eager and _median(r) else "-")
+                lines.append(f"| {name} | {kind} | {eager / 1e3:.2f} ms | {ratio(aotc)} | {ratio(tc)} | "
+                             f"{facts['compile']['compile_s']:.0f} s |" if eager else f"| {name} | {kind} | failed |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(results: dict, out: Path) -> None:
+    (out / "report.md").write_text(report_md(results))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # make bench-suite installs it; the table is written either way
+        return
+    threads = sorted({t for row in results.values() for t in row["inference"]}, key=int)
+    fig, axes = plt.subplots(len(threads), 1, figsize=(12, 4 * len(threads)), squeeze=False)
+    variants = [v for v in INFERENCE if v != "eager"]
+    for ax, t in zip(axes[:, 0], threads):
+        names = [n for n, r in results.items() if t in r["inference"]]
+        width = 0.8 / len(variants)
+        for k, v in enumerate(variants):
+            ax.bar([i + k * width for i in range(len(names))],
+                   [speedups(results[n], t).get(v, 0) for n in names], width, label=SHORT[v])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names, rotation=45, ha="right")
+        ax.set_ylabel("speed vs eager")
+        ax.set_title(f"inference, {t} thread{'s' * (int(t) > 1)}")
+        ax.legend(ncol=len(variants), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "report.png", dpi=100)
+    plt.close(fig)

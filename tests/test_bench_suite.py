@@ -1,0 +1,60 @@
+"""`aotc bench --suite`: the suite's models are real model definitions, a run of it times
+every variant in fresh processes, and the report's ratios and geomeans are computed from
+the medians it measured."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from aotc.errors import AotcError
+from aotc.sources.model_file import load_model
+from aotc.tools import bench_suite
+from conftest import invoke
+
+
+def test_the_suite_has_real_models_of_every_family():
+    names = [m.name for m in bench_suite.SUITE]
+    assert len(names) >= 20 and len(set(names)) == len(names)
+    assert {m.family for m in bench_suite.SUITE} == {"text", "vision", "audio", "diffusion", "samples"}
+    with pytest.raises(AotcError, match="no model nope"):
+        bench_suite.pick(["nope"])
+    # two of them, built and called as their users call them
+    for name, read in (("distilbert", lambda out: out.last_hidden_state), ("vae_decoder", lambda out: out.sample)):
+        spec = load_model(str(bench_suite.pick([name])[0].source))
+        with torch.no_grad():
+            assert torch.isfinite(read(spec.module(*spec.args, **spec.kwargs))).all()
+
+
+def test_report_ratios_and_geomeans_come_from_the_medians():
+    def row(family, eager, aotc, tc):
+        timed = {"eager": {"median_us": eager}, "aotc aoti/cpu": {"median_us": aotc},
+                 "torch.compile (warm cache)": {"median_us": tc},
+                 "torch.compile (cold cache)": {"median_us": tc, "cold_start_s": 30.0}}
+        return {"family": family, "inference": {"1": timed}, "train": {},
+                "compile": {"compile_s": 20.0, "size_bytes": 2**20}}
+
+    results = {"a": row("text", 100.0, 50.0, 80.0), "b": row("text", 100.0, 200.0, 100.0)}
+    g = bench_suite.family_geomeans(results, "1")["text"]
+    assert math.isclose(g["aotc aoti/cpu"], 1.0)  # sqrt(2.0 * 0.5)
+    assert math.isclose(g["torch.compile (warm cache)"], math.sqrt(1.25))
+    md = bench_suite.report_md(results)
+    assert "| a | text | 0.10 ms | 2.00x | failed | 1.25x | failed | 20 s | 30 s | 1.0 MiB |" in md
+    assert "| text | 2 | 1.00x | - | 1.12x | - |" in md
+
+
+@pytest.mark.slow
+def test_a_suite_run_times_every_variant(tmp_path):
+    result = invoke("bench", "--suite", "--models", "mlp", "--no-train", "--threads", "1", "--iters", "5",
+                    "--out", tmp_path, "--json")
+    assert result.exit_code == 0, result.stderr
+    row = json.loads(result.stdout)["mlp"]
+    assert row["compile"]["build"]["compiled/cpu/inference.pt2"]["weights"] == "folded"
+    timed = row["inference"]["1"]
+    for variant in bench_suite.INFERENCE:
+        assert timed[variant]["median_us"] > 0, variant
+    assert "| mlp | samples |" in (tmp_path / "report.md").read_text()
+    assert json.loads((tmp_path / "results.json").read_text()).keys() == {"mlp"}
