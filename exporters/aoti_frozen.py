@@ -91,17 +91,21 @@ def check_other_weights(program, fold, package: Path, example_inputs: list, sign
             scale = float(t.detach().abs().mean()) or 1.0
             noise = torch.rand(t.shape, generator=g, dtype=t.dtype)
             inputs[i] = t.detach() * (0.75 + 0.5 * noise) + 0.1 * scale * torch.rand(t.shape, generator=g, dtype=t.dtype)
+    def fresh(values: list) -> list:  # the graph may mutate its inputs: each run gets its own
+        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
     with torch.no_grad():
-        want = program.module()(*inputs)
+        want = tc.pytree.tree_leaves(program.module()(*fresh(inputs)))
         workdir = tempfile.mkdtemp(prefix="aotc-load-")
         try:
             loader = aoti_package_loader(str(package), -1, workdir)
             folded = FoldedWeights(fold, loader, "the recorded fold program")
             folded.sync(inputs)
-            got = loader.boxed_run(_user(signature, inputs))
+            got = loader.boxed_run(_user(signature, fresh(inputs)))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-    want = [w for w in torch.utils._pytree.tree_leaves(want)]
+    if len(want) != len(got):
+        raise FoldError(f"compiled frozen, the graph returns {len(got)} outputs, not {len(want)}")
     for k, (w, o) in enumerate(zip(want, got)):
         if isinstance(w, torch.Tensor) and w.is_floating_point():
             tolerance = 1e-3 * (float(w.abs().max()) if w.numel() else 0.0) + 1e-5

@@ -180,10 +180,10 @@ def test_int8_model_matches_eager_quantized(int8_bundle, backend, request):
         x = torch.randn(batch, 256)
         with torch.no_grad():
             got, want = loaded(x), spec.module(x)
-        if backend == "onnx":
-            torch.testing.assert_close(got, want)
-        else:
+        if backend == "fx":
             assert torch.equal(got, want)
+        else:  # onnx, and aoti's frozen code (its float linear runs on a prepacked weight): the same within rounding
+            torch.testing.assert_close(got, want)
     weight = loaded.state_dict()["0.weight"]
     assert type(weight) is Int8Tensor and weight.qdata.dtype == torch.int8
     assert torch.equal(weight.qdata, spec.module.state_dict()["0.weight"].qdata)
