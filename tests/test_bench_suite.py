@@ -58,3 +58,18 @@ def test_a_suite_run_times_every_variant(tmp_path):
         assert timed[variant]["median_us"] > 0, variant
     assert "| mlp | samples |" in (tmp_path / "report.md").read_text()
     assert json.loads((tmp_path / "results.json").read_text()).keys() == {"mlp"}
+
+
+def test_a_run_keeps_the_rows_of_other_thread_counts(tmp_path, monkeypatch):
+    def row(threads):  # what run_model measured, in the shape it returns
+        timed = {v: {"median_us": 100.0} for v in bench_suite.INFERENCE}
+        timed["torch.compile (cold cache)"] = {"median_us": 100.0, "cold_start_s": 9.0}
+        return {"family": "samples", "inference": {threads: timed}, "train": {},
+                "compile": {"compile_s": 5.0, "size_bytes": 1024}}
+
+    rows = iter([row("1"), row("2")])
+    monkeypatch.setattr(bench_suite, "run_model", lambda *args: next(rows))
+    bench_suite.run_suite(["mlp"], tmp_path, [1], say=lambda _: None)
+    bench_suite.run_suite(["mlp"], tmp_path, [2], say=lambda _: None)
+    assert set(json.loads((tmp_path / "results.json").read_text())["mlp"]["inference"]) == {"1", "2"}
+    assert "## Inference, 2 threads" in (tmp_path / "report.md").read_text()

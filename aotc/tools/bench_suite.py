@@ -119,13 +119,18 @@ def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int
 def run_suite(names: list[str] | None, out: Path, threads: list[int], repeats: int = 3, iters: int = 30,
               train: bool = True, say: Callable[[str], None] = print) -> dict:
     """Run the suite (or the models `names`), adding each model's rows to out/results.json
-    as it finishes; writes the report; returns every result so far."""
+    as it finishes (rows of other thread counts or steps from earlier runs are kept);
+    writes the report; returns every result so far."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.is_file() else {}
     workdir = out / "bundles"
     for model in pick(names):
-        results[model.name] = run_model(model, workdir, threads, repeats, iters, train, say)
+        row = run_model(model, workdir, threads, repeats, iters, train, say)
+        earlier = results.get(model.name, {})  # other thread counts and steps from earlier runs stay
+        row["inference"] = {**earlier.get("inference", {}), **row["inference"]}
+        row["train"] = {**earlier.get("train", {}), **row["train"]}
+        results[model.name] = row
         path.write_text(json.dumps(results, indent=1))
         write_report(results, out)
     return results
