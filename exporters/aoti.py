@@ -24,7 +24,8 @@ from aotc.bundle.files import check_hash
 from aotc.bundle.fingerprint import check_fingerprint
 from aotc.contract.aliasing import StrideGuard
 from aotc.errors import AotcError, BundleError
-from aotc.exporters.aoti_cache import COMPILE_OPTIONS, compile_cached, compile_graph
+from aotc.exporters import aoti_updates
+from aotc.exporters.aoti_cache import compile_cached, compile_graph, compile_options
 from aotc.exporters.aoti_frozen import (
     FREEZABLE,
     STATE,
@@ -59,7 +60,17 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
                 return build_folded(bundle, kind, device, target, cache)
             except (FoldError, AotcError) as e:  # freezing this graph failed: weights stay inputs
                 not_folded = str(e).strip().splitlines()[0][:300]
-    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_graph, COMPILE_OPTIONS)
+    options = compile_options(device)
+    compile_fn = compile_graph
+    updates = aoti_updates.plan(bundle, kind)
+    if updates is not None:  # new parameters, state and buffers written into their inputs
+        options = {**options, "updates": aoti_updates.IN_PLACE}
+
+        def compile_fn(program, example_inputs, path, _options=compile_options(device)):
+            compile_graph(aoti_updates.rewrite(program, updates, example_inputs), example_inputs, path, _options)
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_fn, options)
+    if updates is not None:
+        fingerprint = {**fingerprint, "updates": aoti_updates.IN_PLACE}
     if not_folded:
         fingerprint = {**fingerprint, "weights": "inputs", "not_folded": not_folded}
     return Built(fingerprint, cached)
@@ -141,6 +152,12 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
 
         def run(args, _full=full, _user=user):
             return _full([args[i] for i in _user])
+    elif build.get("updates") == aoti_updates.IN_PLACE:
+        updates = aoti_updates.plan(bundle, kind)
+        if updates is None:
+            raise BundleError(f"'{path}' was compiled to update its inputs in place, but the bundle's {kind} graph "
+                              f"has nothing to update. Run: aotc compile {bundle.path} --force")
+        run = aoti_updates.InPlaceRun(run, updates)
     elif build.get("weights") == "folded":
         try:
             weights = folded_weights(path, loader)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import aotc
-from aotc.errors import AotcError, ModeError
+from aotc.errors import AotcError, GraphRunError, ModeError
 from conftest import SAMPLES, invoke
 
 OPTIMIZERS = {
@@ -245,3 +245,46 @@ def test_a_replaced_parameter_is_refused_not_left_untrained(fused_bundles):
     fresh = aotc.load(fused_bundles["sgd"], mode="train", backend="fx")
     fresh.load_state_dict(new_model().state_dict())
     fresh.train_step(*batch(0))
+
+
+@pytest.mark.slow
+def test_the_compiled_step_updates_in_place(fused_bundles):
+    """The aoti package writes the new parameters and optimizer state into the tensors it
+    is given (exporters/aoti_updates.py): the same memory, version counters bumped as an
+    eager step bumps them, the values of the fx replay; a state_dict loaded afterwards is
+    what the next step reads and updates."""
+    from aotc.bundle.files import Bundle
+
+    build = Bundle.open(fused_bundles["adamw"]).manifest.file("compiled/cpu/joint.pt2").build
+    assert build["updates"] == "in_place"
+    compiled = aotc.load(fused_bundles["adamw"], mode="train", backend="aoti")
+    replay = aotc.load(fused_bundles["adamw"], mode="train", backend="fx")
+    before = {n: (p.data_ptr(), p._version) for n, p in compiled.named_parameters()}
+    states = [s["exp_avg"] for s in compiled.optimizer.state.values()]
+    pointers = [s.data_ptr() for s in states]
+    for i in range(2):
+        compiled.train_step(*batch(i))
+        replay.train_step(*batch(i))
+    for (name, p), (_, q) in zip(compiled.named_parameters(), replay.named_parameters(), strict=True):
+        assert p.data_ptr() == before[name][0], f"{name} was given new memory"
+        assert p._version >= before[name][1] + 2, f"{name}: its version counter did not move"
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+    assert [s["exp_avg"].data_ptr() for s in compiled.optimizer.state.values()] == pointers
+    assert all(s.abs().sum() > 0 for s in states)
+    # new state tensors (a copy: torch.optim's load_state_dict keeps the tensors it is given)
+    compiled.optimizer.load_state_dict(copy.deepcopy(replay.optimizer.state_dict()))
+    compiled.load_state_dict(replay.state_dict())
+    compiled.train_step(*batch(5))
+    replay.train_step(*batch(5))
+    for (name, p), (_, q) in zip(compiled.named_parameters(), replay.named_parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_inputs_that_share_memory_with_an_updated_one_are_refused(fused_bundles):
+    # the compiled step writes parameters in place, assuming no other input reads that memory
+    step = aotc.load(fused_bundles["sgd"], mode="train", backend="aoti")
+    with torch.no_grad():
+        step.fc1.bias.data = step.fc2.weight.data.view(-1)[:16]
+    with pytest.raises(GraphRunError, match=r"share memory and the compiled step updates one of them in place"):
+        step.train_step(*batch(0))

@@ -257,5 +257,7 @@ class FusedOptimizer:
     def apply(self, new_values: list[torch.Tensor]) -> None:
         """Copy the graph's new parameters and state into place (as opt.step() updates
         them); called under no_grad."""
-        torch._foreach_copy_([*self.params, *self._state_inputs], new_values)
+        pairs = [(t, v) for t, v in zip([*self.params, *self._state_inputs], new_values) if t is not v]
+        if pairs:  # a compiled graph may have written them in place (exporters/aoti_updates.py)
+            torch._foreach_copy_([t for t, _ in pairs], [v for _, v in pairs])
         tc.mark_optimizer_stepped(self.optimizer)

@@ -117,6 +117,8 @@ class Epilogue:
         """`primals` are the graph's inputs, `flat` the caller's flat user inputs."""
         for m in self.mutations:
             target, value = primals[m.primal], outs[m.output]
+            if value is target:  # written in place by the compiled graph (exporters/aoti_updates.py)
+                continue
             if m.metadata:
                 # as AOTAutograd does: in the caller's grad mode, so that autograd sees
                 # the input's new view of its storage (a leaf that requires grad cannot)

@@ -4,7 +4,8 @@ once, with no aotc code per call, the floor the wrapper stack is measured agains
 Inference calls the package (a frozen or folded one on the user inputs alone, a folded
 one after its weights are folded once); a joint bundle's step
 is the package plus a foreach SGD update, or for a bundle that carries its optimizer, the
-package and a foreach copy of the new parameters and state; a forward+backward bundle's,
+package and a foreach copy of the new parameters and state (none where the package
+writes them in place); a forward+backward bundle's,
 both packages and a foreach SGD update (no buffer updates, no loss function).
 """
 
@@ -17,7 +18,7 @@ import torch
 from aotc._torch_compat import aoti_package_loader
 from aotc.bundle.files import Bundle
 from aotc.bundle.signing import require_signature
-from aotc.exporters import formats
+from aotc.exporters import aoti_updates, formats
 from aotc.exporters.graph_inputs import example_graph_inputs
 from aotc.runtime.autograd_fn import TrainingGraphs
 
@@ -37,7 +38,12 @@ def raw_step(spec: dict, device):
         return aoti_package_loader(str(path), index, workdir)
 
     def runner(kind: str):
-        return loader(kind).run
+        run = loader(kind).run
+        build = bundle.manifest.file(formats.get("aoti").artifact_path(kind, device.type)).build or {}
+        if build.get("updates") != aoti_updates.IN_PLACE:
+            return run
+        updates = aoti_updates.plan(bundle, kind)  # the package writes new values into its inputs
+        return lambda flat: updates.outputs(flat, run(flat))
 
     kinds = bundle.graph_kinds
     if not spec["train"] or "inference" in kinds:
@@ -75,7 +81,9 @@ def raw_step(spec: dict, device):
 
             def fused_step():
                 outs = run(flat)
-                torch._foreach_copy_([flat[j] for _, j in new], [outs[i] for i, _ in new])
+                pairs = [(flat[j], outs[i]) for i, j in new if outs[i] is not flat[j]]
+                if pairs:
+                    torch._foreach_copy_([t for t, _ in pairs], [v for _, v in pairs])
 
             return fused_step
 
