@@ -42,12 +42,12 @@ TORCH_AOTI = r"""
 import sys, time, torch
 from aotc.bundle import Bundle, load_exported_program
 from aotc.exporters.graph_inputs import example_graph_inputs
-from aotc.exporters.aoti import COMPILE_OPTIONS
+from aotc.exporters.aoti_cache import compile_options
 bundle = Bundle.open(sys.argv[1])
 ep = load_exported_program(bundle.graph_path("inference"))
 ep.example_inputs = (tuple(example_graph_inputs(bundle, "inference", torch.device("cpu"))), {})
 t = time.perf_counter()
-torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[2], inductor_configs=dict(COMPILE_OPTIONS))
+torch._inductor.aoti_compile_and_package(ep, package_path=sys.argv[2], inductor_configs=compile_options(torch.device("cpu")))
 print(time.perf_counter() - t)
 """
 

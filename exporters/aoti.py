@@ -61,14 +61,15 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
             except (FoldError, AotcError) as e:  # freezing this graph failed: weights stay inputs
                 not_folded = str(e).strip().splitlines()[0][:300]
     options = compile_options(device)
-    compile_fn = compile_graph
-    updates = aoti_updates.plan(bundle, kind)
-    if updates is not None:  # new parameters, state and buffers written into their inputs
-        options = {**options, "updates": aoti_updates.IN_PLACE}
+    updates = aoti_updates.plan(bundle, kind)  # new parameters, state and buffers written into their inputs
 
-        def compile_fn(program, example_inputs, path, _options=compile_options(device)):
-            compile_graph(aoti_updates.rewrite(program, updates, example_inputs), example_inputs, path, _options)
-    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_fn, options)
+    def compile_fn(program, example_inputs, path):
+        if updates is not None:
+            program = aoti_updates.rewrite(program, updates, example_inputs)
+        compile_graph(program, example_inputs, path, options)
+
+    key = {**options, "updates": aoti_updates.IN_PLACE} if updates is not None else options
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_fn, key)
     if updates is not None:
         fingerprint = {**fingerprint, "updates": aoti_updates.IN_PLACE}
     if not_folded:

@@ -191,7 +191,7 @@ def _copy_views_of_inputs(program) -> None:
         program.graph_module.recompile()
 
 
-def compile_graph(program, example_inputs: list, package_path: Path, configs: dict = COMPILE_OPTIONS) -> None:
+def compile_graph(program, example_inputs: list, package_path: Path, configs: dict) -> None:
     """AOTInductor-compile `program` (an ExportedProgram) for the device of its inputs.
 
     A package whose metadata does not read back (inductor's shared cache can hand out a
