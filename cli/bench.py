@@ -29,6 +29,7 @@ from aotc.cli._common import (
 @click.option("--out", type=click.Path(path_type=Path), default=Path("benchmarks/suite"), show_default=True,
               help="--suite: where results and bundles go.")
 @click.option("--no-train", is_flag=True, help="--suite: inference rows only.")
+@click.option("--no-inference", is_flag=True, help="--suite: training rows only (of the models that have them).")
 @click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines "
               "[default: for a bundle exported from a Hugging Face folder, rebuilt from its hf/config.json].")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
@@ -49,7 +50,7 @@ from aotc.cli._common import (
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, suite, models, out, no_train, model, backends, baselines, iters, warmup, device, threads,
+def bench_command(bundle, suite, models, out, no_train, no_inference, model, backends, baselines, iters, warmup, device, threads,
                   repeats, train, record, trusted, public_keys, as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
@@ -65,7 +66,9 @@ def bench_command(bundle, suite, models, out, no_train, model, backends, baselin
       aotc bench --suite --models bert,resnet --repeats 3
     """
     if suite:
-        return _suite(models, out, threads, repeats, iters or 30, not no_train, as_json)
+        if no_train and no_inference:
+            raise click.UsageError("--no-train and --no-inference leave nothing to time.")
+        return _suite(models, out, threads, repeats, iters or 30, not no_train, as_json, not no_inference)
     if bundle is None:
         raise click.UsageError("name a BUNDLE to time, or --suite.")
     threads, iters = threads or 1, iters or 200
@@ -145,7 +148,7 @@ def results_table(results, title: str):
 
 
 def _suite(models: str | None, out: Path, threads: int | None, repeats: int, iters: int, train: bool,
-           as_json: bool) -> None:
+           as_json: bool, inference: bool = True) -> None:
     import os
     import time
 
@@ -161,7 +164,8 @@ def _suite(models: str | None, out: Path, threads: int | None, repeats: int, ite
         def say(what: str) -> None:
             progress.reset(task, description=what, total=None)
 
-        results = run_suite(names, out, counts, repeats=repeats, iters=iters, train=train, say=say)
+        results = run_suite(names, out, counts, repeats=repeats, iters=iters, train=train, say=say,
+                            inference=inference)
     if as_json:
         emit_json(results)
         return

@@ -73,3 +73,27 @@ def test_a_run_keeps_the_rows_of_other_thread_counts(tmp_path, monkeypatch):
     bench_suite.run_suite(["mlp"], tmp_path, [2], say=lambda _: None)
     assert set(json.loads((tmp_path / "results.json").read_text())["mlp"]["inference"]) == {"1", "2"}
     assert "## Inference, 2 threads" in (tmp_path / "report.md").read_text()
+
+
+def test_a_training_only_run_keeps_the_inference_rows(tmp_path, monkeypatch):
+    calls = []
+
+    def run_model(model, workdir, threads, repeats, iters, train, say, inference=True):
+        calls.append((model.name, inference))
+        timed = {v: {"median_us": 100.0} for v in bench_suite.INFERENCE}
+        timed["torch.compile (cold cache)"] = {"median_us": 100.0, "cold_start_s": 9.0}
+        step = {"compile": {"compile_s": 7.0}, "threads": 1, "results": {"eager": {"median_us": 200.0},
+                                                                          "aotc joint+sgd aoti/cpu": {"median_us": 100.0}}}
+        if inference:
+            return {"family": "samples", "inference": {"1": timed}, "train": {},
+                    "compile": {"compile_s": 5.0, "size_bytes": 1024}}
+        return {"family": "samples", "inference": {}, "train": {"joint+sgd": step}}
+
+    monkeypatch.setattr(bench_suite, "run_model", run_model)
+    bench_suite.run_suite(["mlp", "classifier"], tmp_path, [1], say=lambda _: None, train=False)
+    bench_suite.run_suite(["mlp", "classifier"], tmp_path, [1], say=lambda _: None, inference=False)
+    assert calls == [("mlp", True), ("classifier", True), ("mlp", False)]  # classifier has no training rows
+    mlp = json.loads((tmp_path / "results.json").read_text())["mlp"]
+    assert set(mlp["inference"]) == {"1"} and mlp["compile"]["size_bytes"] == 1024 and "joint+sgd" in mlp["train"]
+    report = (tmp_path / "report.md").read_text()
+    assert "| mlp | samples | 0.10 ms |" in report and "| mlp | joint+sgd | 0.20 ms | 2.00x | - | 7 s |" in report

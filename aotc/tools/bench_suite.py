@@ -89,13 +89,14 @@ def compile_bundle(model: SuiteModel, target: Path, flags: list[str]) -> dict:
 
 
 def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int, iters: int, train: bool,
-              say: Callable[[str], None]) -> dict:
+              say: Callable[[str], None], inference: bool = True) -> dict:
     """One model's rows: {"inference": {threads: {variant: figures}}, "train": {...}, compile facts}."""
-    say(f"{model.name}: aotc compile")
     row: dict = {"family": model.family, "inference": {}, "train": {}}
     bundle = workdir / model.name
-    row["compile"] = compile_bundle(model, bundle, [])
-    for t in threads:
+    if inference:
+        say(f"{model.name}: aotc compile")
+        row["compile"] = compile_bundle(model, bundle, [])
+    for t in threads if inference else []:
         results = bench(bundle, backends=["aoti"], baselines=("eager", "torch.compile", "raw"), iters=iters,
                         warmup=max(3, iters // 10), threads=t, repeats=repeats, model=str(model.source),
                         on_variant=lambda v, t=t: say(f"{model.name}: {v} ({t} thread{'s' * (t > 1)})"))
@@ -117,17 +118,21 @@ def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int
 
 
 def run_suite(names: list[str] | None, out: Path, threads: list[int], repeats: int = 3, iters: int = 30,
-              train: bool = True, say: Callable[[str], None] = print) -> dict:
+              train: bool = True, say: Callable[[str], None] = print, inference: bool = True) -> dict:
     """Run the suite (or the models `names`), adding each model's rows to out/results.json
     as it finishes (rows of other thread counts or steps from earlier runs are kept);
-    writes the report; returns every result so far."""
+    writes the report; returns every result so far. Without `inference`, only the
+    training rows of the models that have them."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.is_file() else {}
     workdir = out / "bundles"
     for model in pick(names):
-        row = run_model(model, workdir, threads, repeats, iters, train, say)
+        if not inference and not (train and model.train):
+            continue
+        row = run_model(model, workdir, threads, repeats, iters, train, say, inference)
         earlier = results.get(model.name, {})  # other thread counts and steps from earlier runs stay
+        row.setdefault("compile", earlier.get("compile"))
         row["inference"] = {**earlier.get("inference", {}), **row["inference"]}
         row["train"] = {**earlier.get("train", {}), **row["train"]}
         results[model.name] = row
@@ -224,6 +229,8 @@ def write_report(results: dict, out: Path) -> None:
     except ImportError:  # make bench-suite installs it; the table is written either way
         return
     threads = sorted({t for row in results.values() for t in row["inference"]}, key=int)
+    if not threads:  # training rows alone: the table says it all
+        return
     fig, axes = plt.subplots(len(threads), 1, figsize=(12, 4 * len(threads)), squeeze=False)
     variants = [v for v in INFERENCE if v != "eager"]
     for ax, t in zip(axes[:, 0], threads):
