@@ -108,14 +108,34 @@ def update(info: OptimizerInfo, params: list, grads: list, state: list[list], hy
     """New parameters and new state tensors (per parameter, in `info.state` order) after
     one step; `hyper` holds 0-d float64 tensors."""
     step = _sgd if info.name == "sgd" else _adamw
+    if info.name == "adamw" and params:
+        hyper = {**hyper, **_adam_corrections(state, hyper)}
     new_params, new_state = [], []
-    for p, g, s in zip(params, grads, state):
+    for i, (p, g, s) in enumerate(zip(params, grads, state)):
         if info.options.get("maximize"):
             g = -g
-        p, s = step(info, p, g, s, hyper)
+        p, s = step(info, p, g, s, {k: v[i] if k in _PER_PARAMETER else v for k, v in hyper.items()})
         new_params.append(p)
         new_state.extend(s)
     return new_params, new_state
+
+
+_PER_PARAMETER = ("step", "step_size", "bias_correction2_sqrt")
+
+
+def _adam_corrections(state: list[list], h: dict) -> dict:
+    """Every parameter's new step count and bias corrections, in double as eager's (which
+    reads step.item()), computed once for all parameters as vectors.
+
+    Written as beta ** step, inductor inlines the two double pow()s into each parameter's
+    update loop and redoes them for every 16 elements (resnet18's AdamW step: 24 ms of
+    update against eager's 12 ms). exp(step * log(beta)) equals beta ** step to ~1e-13
+    relative at any step count, far below float32's rounding, and inductor computes a
+    reused exp once rather than inlining it."""
+    steps = [s[0] + 1 for s in state]  # the new state: outputs of their own, not views of one
+    step = torch.stack(steps).to(torch.float64)
+    return {"step": steps, "step_size": h["lr"] / (1 - torch.exp(step * torch.log(h["beta1"]))),
+            "bias_correction2_sqrt": (1 - torch.exp(step * torch.log(h["beta2"]))).sqrt()}
 
 
 def _sgd(info, p, g, s, h):
@@ -129,17 +149,15 @@ def _sgd(info, p, g, s, h):
 
 
 def _adamw(info, p, g, s, h):
-    step_t, exp_avg, exp_avg_sq = s
-    step_t = step_t + 1
+    """One parameter's update; h holds its new step count and bias corrections (in double,
+    as eager's from step.item()), see _adam_corrections."""
+    _, exp_avg, exp_avg_sq = s
     lr, beta1, beta2 = h["lr"], h["beta1"], h["beta2"]
     p = p * (1 - lr * h["weight_decay"]).to(p.dtype)
     exp_avg = torch.lerp(exp_avg, g, (1 - beta1).to(p.dtype))
     exp_avg_sq = exp_avg_sq * beta2.to(p.dtype) + (1 - beta2).to(p.dtype) * g * g
-    step = step_t.to(torch.float64)  # eager reads step.item(): bias corrections in double
-    step_size = lr / (1 - beta1 ** step)
-    bias_correction2_sqrt = (1 - beta2 ** step).sqrt()
-    denom = exp_avg_sq.sqrt() / bias_correction2_sqrt.to(p.dtype) + h["eps"].to(p.dtype)
-    return p - step_size.to(p.dtype) * (exp_avg / denom), [step_t, exp_avg, exp_avg_sq]
+    denom = exp_avg_sq.sqrt() / h["bias_correction2_sqrt"].to(p.dtype) + h["eps"].to(p.dtype)
+    return p - h["step_size"].to(p.dtype) * (exp_avg / denom), [h["step"], exp_avg, exp_avg_sq]
 
 
 def hyper_tensors(info: OptimizerInfo, values: dict[str, float], device) -> list[torch.Tensor]:
