@@ -32,6 +32,7 @@ from aotc.exporters.aoti_frozen import (
     build_folded,
     build_frozen,
     folded_weights,
+    small_linears_only,
     updated_buffers,
 )
 from aotc.exporters.formats import BuildOptions, Built, built_only
@@ -54,7 +55,7 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
         return build_frozen(bundle, kind, device, target, cache)
     not_folded = None
     if options.fold and kind in FREEZABLE and device.type == "cpu":
-        not_folded = updated_buffers(bundle, kind)
+        not_folded = updated_buffers(bundle, kind) or small_linears_only(bundle, kind)
         if not not_folded:
             try:
                 return build_folded(bundle, kind, device, target, cache)

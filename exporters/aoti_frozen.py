@@ -31,6 +31,7 @@ from torch.export import Dim
 from aotc import _torch_compat as tc
 from aotc._torch_compat import aoti_package_loader
 from aotc.bundle.archives import read_json_bytes
+from aotc.bundle.files import load_exported_program
 from aotc.errors import AotcError, BundleError
 from aotc.exporters.aoti_cache import COMPILE_OPTIONS, compile_cached, compile_graph
 from aotc.exporters.formats import Built
@@ -155,6 +156,56 @@ def updated_buffers(bundle, kind: str) -> str | None:
     in a train-mode capture): it needs them as inputs, or the update would be lost."""
     updated = [i.name for i in bundle.metadata.programs[kind].inputs if i.kind == "buffer" and i.mutates_data]
     return f"the graph updates buffers ({', '.join(updated)})" if updated else None
+
+
+# Under this many multiply-adds a call, a linear layer runs faster as aten's addmm on its
+# weight than as the oneDNN prepacked linear freezing makes of it, whose call costs ~9 µs
+# more: folded, the mlp sample took 31 µs a call against 10 µs with its weights as inputs,
+# tiny_transformer 99 µs against 34 µs; BERT (50M multiply-adds a linear) 73 ms against 84.
+SMALL_LINEAR_MACS = 4_000_000
+_LINEAR = {"aten.linear.default": (0, 1, True), "aten.addmm.default": (1, 2, False), "aten.mm.default": (0, 1, False)}
+
+
+def small_linears_only(bundle, kind: str) -> str | None:
+    """Why folding would slow the graph down, or None: a graph with no convolution whose
+    every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes."""
+    graph = load_exported_program(bundle.graph_path(kind)).graph
+    sizes = {}  # each size symbol of the graph's inputs, at the example's size
+    for node, info in zip(graph.find_nodes(op="placeholder"), bundle.metadata.programs[kind].inputs):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and info.tensor is not None:
+            for n, example in zip(val.shape, info.tensor.shape):
+                if isinstance(n, torch.SymInt) and n.node.expr.is_Symbol:
+                    sizes[n.node.expr] = example
+
+    def size(n) -> int | None:
+        if isinstance(n, torch.SymInt):
+            value = n.node.expr.subs(sizes)
+            return int(value) if value.is_number else None
+        return int(n)
+
+    largest = 0
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = str(node.target)
+        if "conv" in target:
+            return None  # prepacked convolutions win by milliseconds (resnet18: 23 ms against 25)
+        if target in _LINEAR:
+            x_at, w_at, transposed = _LINEAR[target]
+            x, w = node.args[x_at].meta.get("val"), node.args[w_at].meta.get("val")
+            dims = [size(n) for n in (*x.shape, *w.shape)] if x is not None and w is not None else [None]
+            if None in dims:
+                return None
+            rows = 1
+            for n in dims[:x.dim() - 1]:
+                rows *= n
+            k, n = (dims[-1], dims[-2]) if transposed else (dims[-2], dims[-1])
+            largest = max(largest, rows * k * n)
+    if largest >= SMALL_LINEAR_MACS or largest == 0:
+        return None
+    return (f"its largest linear layer takes {largest:,} multiply-adds at the example sizes, under "
+            f"{SMALL_LINEAR_MACS:,}: oneDNN's prepacked call would cost more than it saves")
 
 
 def check_freezable(bundle, kind: str) -> None:

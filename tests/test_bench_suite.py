@@ -52,7 +52,8 @@ def test_a_suite_run_times_every_variant(tmp_path):
                     "--out", tmp_path, "--json")
     assert result.exit_code == 0, result.stderr
     row = json.loads(result.stdout)["mlp"]
-    assert row["compile"]["build"]["compiled/cpu/inference.pt2"]["weights"] == "folded"
+    # its linear layers are too small for prepacking to pay (tests/test_weight_fold.py)
+    assert row["compile"]["build"]["compiled/cpu/inference.pt2"]["weights"] == "inputs"
     timed = row["inference"]["1"]
     for variant in bench_suite.INFERENCE:
         assert timed[variant]["median_us"] > 0, variant
