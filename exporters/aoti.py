@@ -49,7 +49,9 @@ def artifact_path(kind: str, device: str) -> str:
 def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
     compile from options.cache_dir): a CPU inference graph folded unless options.fold is
-    off, or frozen where options.freeze asks; any other graph with its weights as inputs."""
+    off or its linear layers are too small to gain (small_linears_only), or frozen where
+    options.freeze asks; any other graph with its weights as inputs, a joint graph
+    updating them in place (exporters/aoti_updates.py)."""
     cache = options.cache_dir if options.use_cache else None
     if options.freeze and kind in FREEZABLE:
         return build_frozen(bundle, kind, device, target, cache)
@@ -61,15 +63,15 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
                 return build_folded(bundle, kind, device, target, cache)
             except (FoldError, AotcError) as e:  # freezing this graph failed: weights stay inputs
                 not_folded = str(e).strip().splitlines()[0][:300]
-    options = compile_options(device)
+    configs = compile_options(device)
     updates = aoti_updates.plan(bundle, kind)  # new parameters, state and buffers written into their inputs
 
     def compile_fn(program, example_inputs, path):
         if updates is not None:
             program = aoti_updates.rewrite(program, updates, example_inputs)
-        compile_graph(program, example_inputs, path, options)
+        compile_graph(program, example_inputs, path, configs)
 
-    key = {**options, "updates": aoti_updates.IN_PLACE} if updates is not None else options
+    key = {**configs, "updates": aoti_updates.IN_PLACE} if updates is not None else configs
     fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_fn, key)
     if updates is not None:
         fingerprint = {**fingerprint, "updates": aoti_updates.IN_PLACE}

@@ -57,6 +57,7 @@ def compile_options(device: torch.device) -> dict[str, object]:
         return {**COMPILE_OPTIONS, "layout_optimization": False}
     return dict(COMPILE_OPTIONS)
 
+
 # Bumped whenever aotc changes a graph before handing it to AOTInductor, so artifacts
 # cached by an older aotc are not reused.
 PIPELINE_VERSION = 3
