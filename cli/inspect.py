@@ -122,6 +122,9 @@ def _render(info: dict, top_ops: int) -> None:
                       + (f" ({prepacked} calls on oneDNN-prepacked weights)" if prepacked else ""))
         elif f["kind"] == "compiled" and (f["build"] or {}).get("not_folded"):
             out.print(f"[bold]{f['path']}[/]: weights passed as inputs, not folded: {f['build']['not_folded']}")
+        if f["kind"] == "compiled" and (f["build"] or {}).get("updates") == "in_place":
+            out.print(f"[bold]{f['path']}[/]: writes the new parameters, optimizer state and buffers into their "
+                      "own memory (no copies after the step)")
         if f["kind"] == "onnx" and f["build"]:
             b = f["build"]
             out.print(f"[bold]{f['path']}[/]: opset {b['opset']}; inputs {b['inputs'].replace(',', ', ')}; "

@@ -257,6 +257,8 @@ def test_the_compiled_step_updates_in_place(fused_bundles):
 
     build = Bundle.open(fused_bundles["adamw"]).manifest.file("compiled/cpu/joint.pt2").build
     assert build["updates"] == "in_place"
+    shown = " ".join(invoke("inspect", fused_bundles["adamw"]).stderr.split())
+    assert "compiled/cpu/joint.pt2: writes the new parameters, optimizer state and buffers into their own memory" in shown
     compiled = aotc.load(fused_bundles["adamw"], mode="train", backend="aoti")
     replay = aotc.load(fused_bundles["adamw"], mode="train", backend="fx")
     before = {n: (p.data_ptr(), p._version) for n, p in compiled.named_parameters()}
