@@ -14,12 +14,14 @@ the runtime: the input itself where a new value was written into it, None for a 
 gradient. The copies the runtime then makes are of a tensor onto itself, which it skips.
 
 Only data updates of parameters, buffers and optimizer state are made in place, never a
-user input's, and a call whose mutated inputs share memory with another input is refused
-(the compiled code assumes they do not; the runtime's copies after the graph did not).
+user input's nor a tied parameter's (one tensor passed for two inputs), and a call whose
+mutated inputs share memory with another input is refused (the compiled code assumes
+they do not; the runtime's copies after the graph did not).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -57,17 +59,22 @@ def plan(bundle, kind: str) -> InPlaceUpdates | None:
         return None  # a subclass parameter's inner tensors are gathered into new tensors per call
     sig, meta = bundle.signature.graphs[kind], bundle.metadata.programs[kind]
     inputs = {(s.role, s.target): i for i, s in enumerate(sig.inputs)}
+    # a tied parameter (GPT-2's embedding and output weights) is one tensor passed for two
+    # inputs: the compiled code may not write into memory another input reads
+    tied = {k for k, n in Counter((s.role, s.target) for s in sig.inputs).items() if n > 1}
     names = [s.name for s in sig.inputs]
     writes = []
     for o, s in enumerate(sig.outputs):
-        if s.role == "updated_parameter":
+        if s.role == "updated_parameter" and ("parameter", s.target) not in tied:
             writes.append((o, inputs[("parameter", s.target)]))
         elif s.role == "optimizer_state":
             writes.append((o, inputs[("optimizer_state", s.target)]))
         elif s.role == "input_mutation":
             i = names.index(s.name.removeprefix("mutated:"))
             info = meta.inputs[i]
-            if info.kind == "buffer" and info.mutates_data and not info.mutates_metadata:
+            slot = sig.inputs[i]
+            if (info.kind == "buffer" and info.mutates_data and not info.mutates_metadata
+                    and (slot.role, slot.target) not in tied):
                 writes.append((o, i))
     dropped = []
     if bundle.metadata.optimizer is not None:  # the graph's optimizer took them (see joint_step._plan)

@@ -290,3 +290,40 @@ def test_inputs_that_share_memory_with_an_updated_one_are_refused(fused_bundles)
         step.fc1.bias.data = step.fc2.weight.data.view(-1)[:16]
     with pytest.raises(GraphRunError, match=r"share memory and the compiled step updates one of them in place"):
         step.train_step(*batch(0))
+
+
+class TiedNet(nn.Module):
+    # one weight for the embedding and the output layer, as GPT-2's: the joint graph takes it twice
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.norm = nn.LayerNorm(8)
+        self.out = nn.Linear(8, 16, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.out(self.norm(self.embed(tokens)))
+
+
+@pytest.mark.slow
+def test_a_tied_parameter_is_updated_by_copy_and_matches_eager(tmp_path):
+    def loss(logits, tokens):
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+    torch.manual_seed(0)
+    model = TiedNet()
+    tokens = torch.randint(0, 16, (4, 6))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    aotc.export(model, (tokens,), tmp_path / "b", graphs=("joint",), loss=loss, optimizer=opt)
+    aotc.compile(tmp_path / "b")
+    step = aotc.load(tmp_path / "b", mode="train", backend="aoti")
+    eager = copy.deepcopy(model)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        step.train_step(tokens)
+        loss(eager(tokens), tokens).backward()
+        eager_opt.step()
+        eager_opt.zero_grad()
+    assert step.out.weight is step.embed.weight
+    for (name, p), (_, q) in zip(step.named_parameters(), eager.named_parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
