@@ -98,3 +98,4 @@ def test_a_training_only_run_keeps_the_inference_rows(tmp_path, monkeypatch):
     assert set(mlp["inference"]) == {"1"} and mlp["compile"]["size_bytes"] == 1024 and "joint+sgd" in mlp["train"]
     report = (tmp_path / "report.md").read_text()
     assert "| mlp | samples | 0.10 ms |" in report and "| mlp | joint+sgd | 0.20 ms | 2.00x | - | 7 s |" in report
+    assert "Geomean of aotc's fused step over eager's: 2.00x (1 rows)." in report

@@ -216,7 +216,20 @@ def report_md(results: dict) -> str:
                 lines.append(f"| {name} | {kind} | {eager / 1e3:.2f} ms | {ratio(aotc)} | {ratio(tc)} | "
                              f"{facts['compile']['compile_s']:.0f} s |" if eager else f"| {name} | {kind} | failed |")
         lines.append("")
+        for label, kinds in (("forward+backward", ("forward+backward",)), ("fused step", ("joint+sgd", "joint+adamw"))):
+            ratios = [r for row in trained.values() for k, f in row["train"].items() if k in kinds
+                      if (r := _train_speedup(f)) is not None]
+            if ratios:
+                lines.append(f"Geomean of aotc's {label} over eager's: {geomean(ratios):.2f}x ({len(ratios)} rows).")
+        lines.append("")
     return "\n".join(lines)
+
+
+def _train_speedup(facts: dict) -> float | None:
+    res = facts["results"]
+    eager = _median(res.get("eager"))
+    aotc = _median(next((r for v, r in res.items() if v.startswith("aotc")), None))
+    return eager / aotc if eager and aotc else None
 
 
 def write_report(results: dict, out: Path) -> None:
