@@ -29,7 +29,7 @@ import torch
 from aotc.capture.flat_programs import reexport
 from aotc.errors import GraphRunError
 
-# the build fingerprint's mark of a package compiled this way (and the plan's version)
+# the build fingerprint's mark ("updates") of a package compiled this way
 IN_PLACE = "in_place"
 
 
