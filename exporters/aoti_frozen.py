@@ -189,7 +189,7 @@ def small_linears_only(bundle, kind: str) -> str | None:
         if node.op != "call_function":
             continue
         target = str(node.target)
-        if "conv" in target:
+        if target.startswith(("aten.conv", "aten._conv", "aten.mkldnn_conv")):
             return None  # prepacked convolutions win by milliseconds (resnet18: 23 ms against 25)
         if target in _LINEAR:
             x_at, w_at, transposed = _LINEAR[target]
