@@ -114,6 +114,9 @@ class Manifest:
     # [rtol, atol] for each entry of reference.safetensors that verify compares
     tolerances: dict[str, list[float]] = field(default_factory=dict)
     generation: GenerationInfo | None = None
+    # [major, minor] of torch.export's serialization format the graphs were saved in
+    # (empty in bundles from before aotc recorded it)
+    export_schema: list[int] = field(default_factory=list)
     # sha256 of this manifest's JSON without this field (aotc.bundle.manifest_checksum)
     checksum: str = ""
 
