@@ -89,11 +89,15 @@ def test_graphs_in_another_export_format_are_refused_by_name(sample_bundles, tmp
     )
 
 
-def test_a_bundle_from_before_the_format_was_recorded_loads(sample_bundles, tmp_path):
+def test_a_format_2_bundle_without_the_export_format_loads(sample_bundles, tmp_path):
     dst = tmp_path / "b"
     shutil.copytree(sample_bundles[("mlp", "inference")][0], dst)
-    rehash(dst, lambda m: m.pop("export_schema"))
+    rehash(dst, lambda m: (m.pop("export_schema"), m.update(format_version=2)))
     assert aotc.load(dst, backend="fx").backend == "fx"
+    rehash(dst, lambda m: m.update(format_version=1))
+    with pytest.raises(BundleError, match=r"has format_version 1: it predates hashing every file of a bundle, and "
+                                          r"this aotc reads versions 2 to 3"):
+        aotc.load(dst, backend="fx")
 
 
 def test_inspect_says_which_torch_built_each_compiled_file(sample_bundles, compiled, tmp_path):

@@ -34,6 +34,7 @@ from aotc.bundle.check import check_consistency
 from aotc.bundle.content_check import check_optimizer_state, check_program, check_weights
 from aotc.bundle.schema import (
     FORMAT_VERSION,
+    OLDEST_FORMAT_READ,
     FileEntry,
     FileKind,
     Manifest,
@@ -332,10 +333,10 @@ def _read_manifest(root: Path) -> Manifest:
             f"Bundle '{root}' has format_version {version}, newer than this aotc reads "
             f"({FORMAT_VERSION}). Upgrade aotc to open it."
         )
-    if isinstance(version, int) and version < FORMAT_VERSION:
+    if isinstance(version, int) and version < OLDEST_FORMAT_READ:
         raise BundleError(
             f"Bundle '{root}' has format_version {version}: it predates hashing every file of a bundle, "
-            f"and this aotc reads version {FORMAT_VERSION} only. Export it again with this aotc."
+            f"and this aotc reads versions {OLDEST_FORMAT_READ} to {FORMAT_VERSION}. Export it again with this aotc."
         )
     manifest = from_json(Manifest, raw, f"{root}/{MANIFEST}")
     if manifest.checksum != manifest_checksum(raw):
