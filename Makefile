@@ -46,9 +46,10 @@ test: install
 # CI's budget on a clean machine.
 TORCH ?= 2.14.1
 TORCH_VENV := build/venv-torch-$(TORCH)
-TORCH_SUBSET := tests/test_torch_compat.py tests/test_signing.py tests/test_conformance.py
-# the conformance matrix's fx cells; signing but for regional bundles (their fixture compiles the whole corpus)
-TORCH_CELLS := not test_a_regional_bundle_is_signed_whole and (not test_user_code_runs_unchanged or fx)
+TORCH_SUBSET := tests/test_torch_compat.py tests/test_signing.py tests/test_conformance.py tests/test_subclasses.py
+# the conformance matrix's fx cells; signing but for regional bundles (their fixture compiles the whole
+# corpus); tensor subclasses (AOTAutograd's handling changed in 2.14) but torchao's int8 (not installed there)
+TORCH_CELLS := not test_a_regional_bundle_is_signed_whole and (not test_user_code_runs_unchanged or fx) and not int8
 $(TORCH_VENV)/.aotc-installed: pyproject.toml
 	$(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/python -m pip install -q --upgrade pip
