@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from aotc import __version__
+from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.files import METADATA, SIGNATURE, WEIGHTS, Bundle, BundleWriter, staging_dir
 from aotc.bundle.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
@@ -111,6 +112,7 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
             files=[],  # BundleWriter lists every file it wrote
             tolerances=tolerances,
             generation=generation,
+            export_schema=list(tc.export_schema_version()),
         )
         writer.write_manifest(manifest)
         if check is not None:

@@ -62,6 +62,19 @@ def _table(title: str, *columns: str):
     return table
 
 
+def _built_by(f: dict) -> str:
+    """Which torch and target built a compiled file, and whether this torch can run it."""
+    import torch
+
+    b = f["build"]
+    target = b.get("device", "?") + (f" ({b['cpu_isa']})" if b.get("cpu_isa") else "") + \
+        (f" ({b['cuda_arch']})" if b.get("cuda_arch") else "")
+    line = f"[bold]{f['path']}[/]: built by torch {b.get('torch', '?')} for {target}"
+    if b.get("torch") != torch.__version__:
+        line += f"; this is torch {torch.__version__}, which refuses it: aotc compile BUNDLE rebuilds it"
+    return line
+
+
 def _render(info: dict, top_ops: int) -> None:
     from rich.table import Table
 
@@ -77,7 +90,8 @@ def _render(info: dict, top_ops: int) -> None:
         ("source", model["source"] or "-"),
         ("mode", "train" if model["training"] else "eval"),
         ("graphs", ", ".join(m["graph_kinds"]) + (f"  (partitioner: {m['partitioner']})" if m["partitioner"] else "")),
-        ("format", f"{m['format_version']}  aotc {m['aotc_version']}  torch {m['torch_version']}  python {m['python_version']}"),
+        ("format", f"{m['format_version']}  aotc {m['aotc_version']}  torch {m['torch_version']}  python {m['python_version']}"
+                   + (f"  (torch.export format {'.'.join(map(str, m['export_schema']))})" if m.get("export_schema") else "")),
         ("created", m["created"]),
         ("size", "  ".join([f"total {human_size(info['size']['total'])}"] + [f"{k} {human_size(v)}" for k, v in info["size"].items() if k != "total"])),
     ]:
@@ -110,6 +124,8 @@ def _render(info: dict, top_ops: int) -> None:
     out.print(files)
     weights = sum(f["size"] for f in m["files"] if f["kind"] == "weights")
     for f in m["files"]:
+        if f["kind"] == "compiled" and f["build"]:
+            out.print(_built_by(f))
         if f["kind"] == "compiled" and (f["build"] or {}).get("frozen") == "true":
             prepacked = f["build"].get("prepacked")
             out.print(f"[bold]{f['path']}[/]: frozen: the weights are folded into the code (its own copy, "

@@ -20,7 +20,7 @@ import torch
 from torch.export.passes import move_to_device_pass
 
 from aotc import _torch_compat as tc
-from aotc.bundle.files import Bundle, load_exported_program
+from aotc.bundle.files import Bundle
 from aotc.bundle.fingerprint import build_fingerprint, cpu_flags
 from aotc.contract.aliasing import StrideGuard, dense_strides
 from aotc.errors import AotcError
@@ -131,7 +131,7 @@ def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path
             shutil.copyfile(cached, target)
             return json.loads(meta.read_text()), True
 
-    program = load_exported_program(bundle.graph_path(kind))
+    program = bundle.exported_program(kind)
     if device.type != "cpu":
 
         program = move_to_device_pass(program, device)

@@ -31,7 +31,6 @@ from torch.export import Dim
 from aotc import _torch_compat as tc
 from aotc._torch_compat import aoti_package_loader
 from aotc.bundle.archives import read_json_bytes
-from aotc.bundle.files import load_exported_program
 from aotc.errors import AotcError, BundleError
 from aotc.exporters.aoti_cache import COMPILE_OPTIONS, compile_cached, compile_graph
 from aotc.exporters.formats import Built
@@ -169,7 +168,7 @@ _LINEAR = {"aten.linear.default": (0, 1, True), "aten.addmm.default": (1, 2, Fal
 def small_linears_only(bundle, kind: str) -> str | None:
     """Why folding would slow the graph down, or None: a graph with no convolution whose
     every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes."""
-    graph = load_exported_program(bundle.graph_path(kind)).graph
+    graph = bundle.exported_program(kind).graph
     sizes = {}  # each size symbol of the graph's inputs, at the example's size
     for node, info in zip(graph.find_nodes(op="placeholder"), bundle.metadata.programs[kind].inputs):
         val = node.meta.get("val")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.bundle.files import Bundle, load_exported_program
+from aotc.bundle.files import Bundle
 from aotc.contract.aliasing import synthetic_base
 from aotc.contract.outputs import load_spec
 from aotc.runtime.inputs import random_inputs
@@ -44,7 +44,7 @@ def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> lis
         values = primals(sig)
     else:
         fw_sig = bundle.signature.graphs["forward"]
-        forward = load_exported_program(bundle.graph_path("forward")).graph_module
+        forward = bundle.exported_program("forward").graph_module
         with torch.no_grad():
             outs = dict(zip([s.name for s in fw_sig.outputs], forward(*primals(fw_sig))))
         values = [

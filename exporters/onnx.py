@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from aotc import _torch_compat as tc
-from aotc.bundle.files import check_hash, load_exported_program
+from aotc.bundle.files import check_hash
 from aotc.contract.randomness import random_ops
 from aotc.errors import AotcError, BundleError
 from aotc.exporters.formats import BuildOptions, Built, add_artifacts, built_only
@@ -131,7 +131,7 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
     for module in ("onnx", "onnxscript", "onnxruntime"):
         require(module, "onnx", "Exporting to ONNX")
 
-    program = load_exported_program(bundle.graph_path(kind))
+    program = bundle.exported_program(kind)
     drawn = random_ops(program.graph)
     if drawn:
         # onnxruntime draws its own random numbers; comparing one run could match by chance
@@ -321,7 +321,7 @@ def load_graph(bundle, kind: str, device: torch.device) -> OnnxGraph:
         raise BundleError(f"'{bundle.path / rel}' is not an ONNX model onnxruntime can load "
                           f"({type(e).__name__}: {first}).") from e
 
-    return OnnxGraph(session, output_layouts(load_exported_program(bundle.graph_path(kind))))
+    return OnnxGraph(session, output_layouts(bundle.exported_program(kind)))
 
 
 def write(capture, writer) -> None:

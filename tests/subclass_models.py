@@ -52,6 +52,14 @@ class PairTensor(torch.Tensor):
         return return_and_correct_aliasing(func, args, kwargs, out)
 
 
+class TransposesPair(nn.Module):
+    """Changes a subclass input's strides in place: torch 2.13 refuses this, 2.14 traces it."""
+
+    def forward(self, x, y):
+        y.t_()
+        return x + y
+
+
 class Marker:
     """Not plain data: a flatten context holding one cannot be stored without pickling."""
 

@@ -15,7 +15,16 @@ import torch
 import aotc
 from aotc.errors import BundleError, CaptureError, InputError, UntrustedSubclassError
 from conftest import SAMPLES, invoke, rehash
-from subclass_models import MutatesPairs, NestedScale, OpaquePair, PairLinear, PairTensor, pair, pair_inputs
+from subclass_models import (
+    MutatesPairs,
+    NestedScale,
+    OpaquePair,
+    PairLinear,
+    PairTensor,
+    TransposesPair,
+    pair,
+    pair_inputs,
+)
 
 TRUST = ["subclass_models:PairTensor"]
 
@@ -104,6 +113,18 @@ def test_mutations_of_subclass_inputs_and_buffers_reach_the_caller(tmp_path):
     assert_same(loaded(x, y_loaded), model(x, y_eager))
     assert_same(y_loaded, y_eager)  # the caller's own PairTensor changed, as in eager
     assert_same(loaded.count, model.count)
+
+
+def test_an_in_place_layout_change_of_a_subclass_input_is_refused(tmp_path):
+    """On every torch: 2.13's AOTAutograd refuses it, 2.14's traces only the inner tensors."""
+    with pytest.raises(CaptureError) as e:
+        aotc.export(TransposesPair(), (torch.randn(3, 2), pair(2, 3, seed=7)), tmp_path / "b")
+    assert str(e.value) == (
+        "forward changes the sizes or strides of tensor subclass input y in place (as t_(), unsqueeze_() or "
+        "as_strided_() do); aotc cannot replay that on the caller's subclass object. Return the changed tensor "
+        "instead (x = x.t()) and use the output."
+    )
+    assert not (tmp_path / "b").exists()
 
 
 def test_untrusted_class_is_refused_before_any_import(pair_bundles, monkeypatch):

@@ -1,8 +1,9 @@
 """Every private torch import aotc uses, in one place.
 
-aotc is written against torch 2.13. When a private API moves, this module is the only
-one to change; until then, an unsupported torch fails here with a clear message instead
-of an AttributeError deep inside capture.
+aotc is tested against the torch minor versions in TESTED_TORCH. When a private API
+moves, this module is the only one to change. Importing it under any other torch raises
+UnsupportedTorchError naming the tested versions (AOTC_UNTESTED_TORCH=1 goes on with a
+warning), instead of an AttributeError deep inside capture or a quietly different graph.
 
 Capture-time names are imported on first use: loading a bundle must not pay for
 importing AOTAutograd (about 1 s).
@@ -19,6 +20,41 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from aotc.errors import UnsupportedTorchError
+
+# The torch minor versions `make test` (2.13) and `make test-torch TORCH=2.14.1` run aotc's
+# tests under; pyproject.toml's requirement is the same range.
+TESTED_TORCH = ("2.13", "2.14")
+SUPPORTED_TORCH = " and ".join(TESTED_TORCH)  # for messages
+_MAJOR, _LAST = TESTED_TORCH[-1].split(".")
+INSTALL_HINT = f"pip install 'torch>={TESTED_TORCH[0]},<{_MAJOR}.{int(_LAST) + 1}'"
+
+
+def torch_minor(version: str) -> str:
+    """'2.14' of '2.14.1+cpu' or '2.14.0.dev20260101'."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _check_tested() -> None:
+    here = torch_minor(torch.__version__)
+    if here in TESTED_TORCH:
+        return
+    message = (f"aotc is tested with torch {SUPPORTED_TORCH}; this is torch {torch.__version__}, whose "
+               f"private APIs (AOTAutograd, torch.export, inductor) aotc has not been checked against. Install "
+               f"a tested torch ({INSTALL_HINT}), or set AOTC_UNTESTED_TORCH=1 to try this one.")
+    if os.environ.get("AOTC_UNTESTED_TORCH") == "1":
+        import warnings
+
+        warnings.warn(message.replace(", or set AOTC_UNTESTED_TORCH=1 to try this one.", ". Going on: "
+                                      "AOTC_UNTESTED_TORCH=1 is set."), stacklevel=2)
+        return
+    raise UnsupportedTorchError(message)
+
+
+_check_tested()
+
+# after the check: under an untested torch these may be missing or moved
 import torch.utils._pytree as pytree
 from torch._C import DispatchKey
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
@@ -27,9 +63,6 @@ from torch.nn.modules import module as nn_module
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.overrides import _get_current_function_mode_stack
 
-from aotc.errors import UnsupportedTorchError
-
-SUPPORTED_TORCH = "2.13"
 MKLDNN_LAYOUT = torch._mkldnn  # the layout of oneDNN-prepacked weights
 
 _DESCRIPTORS = "torch._functorch._aot_autograd.descriptors"
@@ -60,9 +93,8 @@ def _private(name: str) -> Any:
         return getattr(importlib.import_module(_LAZY[name]), name)
     except (ImportError, AttributeError) as e:  # pragma: no cover - depends on the installed torch
         raise UnsupportedTorchError(
-            f"aotc needs torch {SUPPORTED_TORCH}.x, but torch {torch.__version__} lacks "
-            f"{_LAZY[name]}.{name}, which it uses. Install the supported version: "
-            f"pip install torch=={SUPPORTED_TORCH}.0"
+            f"aotc is tested with torch {SUPPORTED_TORCH}, but torch {torch.__version__} lacks "
+            f"{_LAZY[name]}.{name}, which it uses. Install a tested torch: {INSTALL_HINT}"
         ) from e
 
 
@@ -79,6 +111,14 @@ def __getattr__(name: str) -> Any:
 
 
 PARTITIONER_NAMES = ("min-cut", "default")
+
+
+def export_schema_version() -> tuple[int, int]:
+    """(major, minor) of torch.export's serialization format: torch.export.load refuses
+    another major; a newer minor may hold what this torch cannot read."""
+    from torch._export.serde.schema import SCHEMA_VERSION
+
+    return tuple(SCHEMA_VERSION)
 
 
 def dynamo_explain(model, args: tuple, kwargs: dict) -> Any:

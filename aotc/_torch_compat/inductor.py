@@ -93,7 +93,7 @@ def record_constant_folding(on_fold: Callable[..., None]):
         real(gm, node, constant, name)
         if constant is not None and getattr(gm, qualname, None) is not constant:
             raise UnsupportedTorchError(f"inductor's freezing named a folded constant other than {qualname!r}; "
-                                        f"aotc's weight folding is written for torch {SUPPORTED_TORCH}.")
+                                        f"aotc's weight folding is tested with torch {SUPPORTED_TORCH}.")
 
     modules = (constant_folding, freezing)
     for m in modules:

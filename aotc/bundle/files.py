@@ -34,6 +34,7 @@ from aotc.bundle.check import check_consistency
 from aotc.bundle.content_check import check_optimizer_state, check_program, check_weights
 from aotc.bundle.schema import (
     FORMAT_VERSION,
+    OLDEST_FORMAT_READ,
     FileEntry,
     FileKind,
     Manifest,
@@ -42,6 +43,7 @@ from aotc.bundle.schema import (
     from_json,
     to_json,
 )
+from aotc import _torch_compat as tc
 from aotc.contract.optimizers import OPTIMIZER_STATE
 from aotc.errors import BundleError
 
@@ -238,10 +240,17 @@ class Bundle:
                 f"Bundle '{self.path}' has no '{kind}' graph; it has {', '.join(self.graph_kinds)}."
             )
 
-    def load_program(self, kind: str):
-        """The graph's ExportedProgram, checked against the signature. See `load_exported_program`."""
+    def exported_program(self, kind: str):
+        """The graph's ExportedProgram (see `load_exported_program`), once the bundle's
+        torch.export format is one this torch reads."""
 
-        program = load_exported_program(self.graph_path(kind))
+        check_export_schema(self)
+        return load_exported_program(self.graph_path(kind), self.manifest.torch_version)
+
+    def load_program(self, kind: str):
+        """The graph's ExportedProgram, checked against the signature."""
+
+        program = self.exported_program(kind)
         check_program(self, kind, program)
         return program
 
@@ -263,7 +272,22 @@ class Bundle:
         return tensors
 
 
-def load_exported_program(path: Path):
+def check_export_schema(bundle: Bundle) -> None:
+    """Refuse, by name, graphs saved in a torch.export format this torch cannot read (a
+    different major version: torch.export.load's own refusal, said with both torches)."""
+    recorded = bundle.manifest.export_schema
+    ours = tc.export_schema_version()
+    if recorded and recorded[0] != ours[0]:
+        saved = ".".join(map(str, recorded))
+        raise BundleError(
+            f"Bundle '{bundle.path}': its graphs were saved by torch {bundle.manifest.torch_version} in "
+            f"torch.export's format {saved}; this torch {torch.__version__} reads format {ours[0]}.x. Export the "
+            f"model again under this torch (aotc export), or load the bundle under torch "
+            f"{bundle.manifest.torch_version}."
+        )
+
+
+def load_exported_program(path: Path, saved_by: str | None = None):
     """torch.export.load of an archive whose members were checked first, with unpickling
     of arbitrary objects forbidden.
 
@@ -282,9 +306,11 @@ def load_exported_program(path: Path):
     try:
         return torch.export.load(str(path))
     except Exception as e:
+        other = (f" It was saved by torch {saved_by}, this is torch {torch.__version__}: export the model again "
+                 "under this torch (aotc export)." if saved_by and saved_by != torch.__version__ else "")
         raise BundleError(
             f"'{path}' could not be loaded as a safe ExportedProgram ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}). aotc never unpickles objects from a bundle."
+            f"{str(e).splitlines()[0] if str(e) else ''}). aotc never unpickles objects from a bundle.{other}"
         ) from e
     finally:
         log.setLevel(level)
@@ -307,10 +333,10 @@ def _read_manifest(root: Path) -> Manifest:
             f"Bundle '{root}' has format_version {version}, newer than this aotc reads "
             f"({FORMAT_VERSION}). Upgrade aotc to open it."
         )
-    if isinstance(version, int) and version < FORMAT_VERSION:
+    if isinstance(version, int) and version < OLDEST_FORMAT_READ:
         raise BundleError(
             f"Bundle '{root}' has format_version {version}: it predates hashing every file of a bundle, "
-            f"and this aotc reads version {FORMAT_VERSION} only. Export it again with this aotc."
+            f"and this aotc reads versions {OLDEST_FORMAT_READ} to {FORMAT_VERSION}. Export it again with this aotc."
         )
     manifest = from_json(Manifest, raw, f"{root}/{MANIFEST}")
     if manifest.checksum != manifest_checksum(raw):

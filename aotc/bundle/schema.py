@@ -33,7 +33,10 @@ from aotc.bundle.subclasses_schema import Subclasses
 
 # 2: every file is listed and hashed (signature.json and metadata.json too), and the
 # manifest carries a checksum of its own content.
-FORMAT_VERSION = 2
+# 3: the manifest records torch.export's serialization format (export_schema). Version 2
+# bundles are read as they are (without it); an aotc that reads 2 only says to upgrade.
+FORMAT_VERSION = 3
+OLDEST_FORMAT_READ = 2
 
 MutationTypeName = Literal["NOT_MUTATED", "MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"]
 OutputTypeName = Literal[
@@ -114,6 +117,9 @@ class Manifest:
     # [rtol, atol] for each entry of reference.safetensors that verify compares
     tolerances: dict[str, list[float]] = field(default_factory=dict)
     generation: GenerationInfo | None = None
+    # [major, minor] of torch.export's serialization format the graphs were saved in
+    # (empty in bundles from before aotc recorded it)
+    export_schema: list[int] = field(default_factory=list)
     # sha256 of this manifest's JSON without this field (aotc.bundle.manifest_checksum)
     checksum: str = ""
 

@@ -134,6 +134,15 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
 
 
 def _check_subclass_capture(plan, options: CaptureOptions, duplicates, flat_user, user_names) -> None:
+    if plan.metadata_mutated:
+        # torch 2.13's AOTAutograd refuses this itself; 2.14's traces it over the inner
+        # tensors alone, and the caller's own subclass object would keep its old layout
+        names = ", ".join(plan.outer_names[i] for i in sorted(plan.metadata_mutated))
+        raise CaptureError(
+            f"forward changes the sizes or strides of tensor subclass input {names} in place (as t_(), "
+            "unsqueeze_() or as_strided_() do); aotc cannot replay that on the caller's subclass object. "
+            "Return the changed tensor instead (x = x.t()) and use the output."
+        )
     if options.mode == "joint" and plan.outputs:
         raise CaptureError(
             f"the loss is a {plan.outputs[0].class_name.rpartition(':')[2]}; a joint graph needs a plain scalar "

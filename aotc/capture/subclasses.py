@@ -29,6 +29,7 @@ import torch
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
+from aotc.contract.aliasing import geometry
 from aotc.contract.subclasses import (
     Rebuilder,
     class_name,
@@ -68,6 +69,8 @@ class SubclassPlan:
     desugared: dict[int, Any] = field(default_factory=dict)  # descriptors already in the dense view
     state_grads: dict[str, SubclassTensor] = field(default_factory=dict)
     input_grads: dict[int, SubclassTensor] = field(default_factory=dict)
+    # outer subclass inputs whose sizes, strides or offset the eager call changed in place
+    metadata_mutated: set[int] = field(default_factory=set)
 
     # ------------------------------------------------------------- inputs
 
@@ -239,8 +242,12 @@ class DenseProgram(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         dense = pytree.tree_leaves((args, kwargs))
-        outer_args, outer_kwargs = pytree.tree_unflatten(self.plan.outer_inputs(dense), self.plan.outer_in_spec)
-        return self.plan.record_outputs(self.program(*outer_args, **outer_kwargs))
+        outer = self.plan.outer_inputs(dense)
+        before = {i: geometry(outer[i]) for i in self.plan.inputs}
+        outer_args, outer_kwargs = pytree.tree_unflatten(outer, self.plan.outer_in_spec)
+        outputs = self.plan.record_outputs(self.program(*outer_args, **outer_kwargs))
+        self.plan.metadata_mutated |= {i for i, g in before.items() if geometry(outer[i]) != g}
+        return outputs
 
     def __deepcopy__(self, memo):
         # the plan is shared: the eager observation runs a copy and records the outputs

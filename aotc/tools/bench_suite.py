@@ -167,6 +167,31 @@ def family_geomeans(results: dict, threads: str) -> dict[str, dict[str, float]]:
     return {f: {v: geomean(xs) for v, xs in by.items()} for f, by in families.items()}
 
 
+# Inductor's published CPU figures (Intel's TorchInductor updates: fp32 inference, freezing
+# on; geomean speedup over eager at 1 thread and on one socket's threads) per suite, and the
+# families of this suite each is set against: transformers' text and audio models against
+# its Hugging Face figure, the vision models against timm's, the rest against TorchBench's.
+PUBLISHED = {"Hugging Face": ((1.15, 1.20), ("text", "audio")), "timm": ((1.37, 1.73), ("vision",)),
+             "TorchBench": ((1.29, 1.39), ("diffusion", "samples"))}
+
+
+def published_rows(results: dict, threads: str, all_threads: bool) -> list[str]:
+    """Table rows: each published suite's figure beside this run's aotc and torch.compile
+    freezing geomeans over the families set against it."""
+    rows = []
+    for suite, (figures, families) in PUBLISHED.items():
+        by = {v: [s[v] for r in results.values() if r["family"] in families
+                  for s in [speedups(r, threads)] if v in s]
+              for v in ("aotc aoti/cpu", "torch.compile freezing (warm cache)")}
+        aotc, frozen = geomean(by["aotc aoti/cpu"]), geomean(by["torch.compile freezing (warm cache)"])
+        if aotc is None:
+            continue
+        rows.append(f"| {suite} | {', '.join(families)} | {len(by['aotc aoti/cpu'])} | "
+                    f"{figures[1 if all_threads else 0]:.2f}x | {aotc:.2f}x | "
+                    + (f"{frozen:.2f}x |" if frozen else "- |"))
+    return rows
+
+
 SHORT = {"aotc aoti/cpu": "aotc", "aoti raw runner": "raw", "eager": "eager", "torch.compile (warm cache)": "tc",
          "torch.compile freezing (warm cache)": "tc freeze"}
 
@@ -201,6 +226,10 @@ def report_md(results: dict) -> str:
             count = sum(1 for r in results.values() if r["family"] == family and t in r["inference"])
             lines.append(f"| {family} | {count} | " + " | ".join(
                 f"{g[v]:.2f}x" if g.get(v) else "-" for v in INFERENCE if v != "eager") + " |")
+        every = t == threads[-1] and len(threads) > 1  # the most threads run: this machine's every core
+        lines += ["", f"Against inductor's published CPU figures ({'all threads' if every else 'single thread'}):", "",
+                  "| published suite | families here | models | published | aotc | tc freeze |",
+                  "|---|---|---|---|---|---|", *published_rows(results, t, every)]
         lines.append("")
     trained = {n: r for n, r in results.items() if r["train"]}
     if trained:
