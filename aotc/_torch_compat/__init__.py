@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 import sysconfig
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -44,8 +45,6 @@ def _check_tested() -> None:
                f"private APIs (AOTAutograd, torch.export, inductor) aotc has not been checked against. Install "
                f"a tested torch ({INSTALL_HINT}), or set AOTC_UNTESTED_TORCH=1 to try this one.")
     if os.environ.get("AOTC_UNTESTED_TORCH") == "1":
-        import warnings
-
         warnings.warn(message.replace(", or set AOTC_UNTESTED_TORCH=1 to try this one.", ". Going on: "
                                       "AOTC_UNTESTED_TORCH=1 is set."), stacklevel=2)
         return
@@ -58,6 +57,7 @@ _check_tested()
 import torch.utils._pytree as pytree
 from torch._C import DispatchKey
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
+from torch._export.serde.schema import SCHEMA_VERSION
 from torch._guards import TracingContext, tracing
 from torch.nn.modules import module as nn_module
 from torch._ops import OpOverload, OpOverloadPacket
@@ -116,8 +116,6 @@ PARTITIONER_NAMES = ("min-cut", "default")
 def export_schema_version() -> tuple[int, int]:
     """(major, minor) of torch.export's serialization format: torch.export.load refuses
     another major; a newer minor may hold what this torch cannot read."""
-    from torch._export.serde.schema import SCHEMA_VERSION
-
     return tuple(SCHEMA_VERSION)
 
 

@@ -8,21 +8,27 @@ when aotc writes it: an fx graph archive is JSON and version files only (its gra
 weights as inputs, so its weights and constants tables are empty); an AOTInductor package
 is generated code, metadata and compiled libraries, every member inside the archive.
 safetensors files get their header checked (dtypes from a closed list, every tensor's
-bytes inside the file) before safetensors parses them.
+bytes inside the file) before safetensors parses them. A graph archive is loaded here too
+(`load_exported_program`), once checked and once its torch.export format is one this torch
+reads.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 import stat
 import struct
 import zipfile
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from aotc import _torch_compat as tc
 from aotc.errors import BundleError
 
 # Larger JSON than this in a bundle is damage or an attack, not a model.
@@ -194,3 +200,51 @@ def load_safetensors(path: Path) -> dict:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise BundleError(f"'{path}' is not a readable safetensors file ({e}).") from e
+
+
+def check_export_schema(bundle) -> None:
+    """Refuse, by name, graphs saved in a torch.export format this torch cannot read (a
+    different major version: torch.export.load's own refusal, said with both torches)."""
+    recorded = bundle.manifest.export_schema
+    ours = tc.export_schema_version()
+    if recorded and recorded[0] != ours[0]:
+        saved = ".".join(map(str, recorded))
+        raise BundleError(
+            f"Bundle '{bundle.path}': its graphs were saved by torch {bundle.manifest.torch_version} in "
+            f"torch.export's format {saved}; this torch {torch.__version__} reads format {ours[0]}.x. Export the "
+            f"model again under this torch (aotc export), or load the bundle under torch "
+            f"{bundle.manifest.torch_version}."
+        )
+
+
+def load_exported_program(path: Path, saved_by: str | None = None):
+    """torch.export.load of an archive whose members were checked first, with unpickling
+    of arbitrary objects forbidden.
+
+    `check_graph_archive` refuses the members torch would unpickle or dlopen; as a second
+    line, TORCH_FORCE_WEIGHTS_ONLY_LOAD turns torch.export.load's `torch.load` fallback
+    into an error.
+    """
+
+    check_graph_archive(path)
+    previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    # torch.export.load logs a traceback before raising; aotc's error says it in one line
+    log = logging.getLogger("torch.export")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        return torch.export.load(str(path))
+    except Exception as e:
+        other = (f" It was saved by torch {saved_by}, this is torch {torch.__version__}: export the model again "
+                 "under this torch (aotc export)." if saved_by and saved_by != torch.__version__ else "")
+        raise BundleError(
+            f"'{path}' could not be loaded as a safe ExportedProgram ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}). aotc never unpickles objects from a bundle.{other}"
+        ) from e
+    finally:
+        log.setLevel(level)
+        if previous is None:
+            del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous

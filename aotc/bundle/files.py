@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import shutil
 import stat
@@ -28,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from aotc.bundle.archives import check_graph_archive, load_safetensors, read_json_file
+from aotc.bundle.archives import check_export_schema, load_exported_program, load_safetensors, read_json_file
 from aotc.bundle.atomic import staging_dir as _atomic_staging
 from aotc.bundle.check import check_consistency
 from aotc.bundle.content_check import check_optimizer_state, check_program, check_weights
@@ -43,7 +42,6 @@ from aotc.bundle.schema import (
     from_json,
     to_json,
 )
-from aotc import _torch_compat as tc
 from aotc.contract.optimizers import OPTIMIZER_STATE
 from aotc.errors import BundleError
 
@@ -270,54 +268,6 @@ class Bundle:
         tensors = load_safetensors(self.path / OPTIMIZER_STATE)
         check_optimizer_state(self, tensors)
         return tensors
-
-
-def check_export_schema(bundle: Bundle) -> None:
-    """Refuse, by name, graphs saved in a torch.export format this torch cannot read (a
-    different major version: torch.export.load's own refusal, said with both torches)."""
-    recorded = bundle.manifest.export_schema
-    ours = tc.export_schema_version()
-    if recorded and recorded[0] != ours[0]:
-        saved = ".".join(map(str, recorded))
-        raise BundleError(
-            f"Bundle '{bundle.path}': its graphs were saved by torch {bundle.manifest.torch_version} in "
-            f"torch.export's format {saved}; this torch {torch.__version__} reads format {ours[0]}.x. Export the "
-            f"model again under this torch (aotc export), or load the bundle under torch "
-            f"{bundle.manifest.torch_version}."
-        )
-
-
-def load_exported_program(path: Path, saved_by: str | None = None):
-    """torch.export.load of an archive whose members were checked first, with unpickling
-    of arbitrary objects forbidden.
-
-    `check_graph_archive` refuses the members torch would unpickle or dlopen; as a second
-    line, TORCH_FORCE_WEIGHTS_ONLY_LOAD turns torch.export.load's `torch.load` fallback
-    into an error.
-    """
-
-    check_graph_archive(path)
-    previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    # torch.export.load logs a traceback before raising; aotc's error says it in one line
-    log = logging.getLogger("torch.export")
-    level = log.level
-    log.setLevel(logging.CRITICAL)
-    try:
-        return torch.export.load(str(path))
-    except Exception as e:
-        other = (f" It was saved by torch {saved_by}, this is torch {torch.__version__}: export the model again "
-                 "under this torch (aotc export)." if saved_by and saved_by != torch.__version__ else "")
-        raise BundleError(
-            f"'{path}' could not be loaded as a safe ExportedProgram ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}). aotc never unpickles objects from a bundle.{other}"
-        ) from e
-    finally:
-        log.setLevel(level)
-        if previous is None:
-            del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
-        else:
-            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
 
 
 def _read_manifest(root: Path) -> Manifest:
