@@ -78,6 +78,8 @@ def _built_by(f: dict) -> str:
 def _render(info: dict, top_ops: int) -> None:
     from rich.table import Table
 
+    from aotc.bundle.cpp_support import describe_cpp
+
     out = console()
     m = info["manifest"]
     model = m["model"]
@@ -98,6 +100,8 @@ def _render(info: dict, top_ops: int) -> None:
         head.add_row(label, value)
     if model.get("task"):
         head.add_row("task", model["task"])
+    if info.get("cpp"):
+        head.add_row("C++ runtime", describe_cpp(info["cpp"]))
     opt = info["metadata"].get("optimizer")
     if opt:
         hyper = ", ".join(f"{k} {v:g}" for k, v in opt["hyperparameters"].items())

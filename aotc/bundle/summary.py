@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from aotc.bundle.archives import check_safetensors
+from aotc.bundle.cpp_support import cpp_graphs
 from aotc.bundle.files import WEIGHTS, Bundle
 from aotc.bundle.schema import to_json
 from aotc.contract.subclasses import inner_names
@@ -128,4 +129,5 @@ def describe(bundle: Bundle) -> dict[str, Any]:
         "constants": constants(bundle),
         "subclasses": subclasses(bundle),
         "metadata": to_json(bundle.metadata),
+        "cpp": cpp_graphs(bundle),
     }

@@ -1,0 +1,108 @@
+// One loaded graph of a bundle, and the module state it runs on (module.cpp builds them,
+// train.cpp runs joint steps with them).
+#pragma once
+
+#include <memory>
+
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include "aotc/aotc.h"
+#include "bundle_data.h"
+#include "safetensors.h"
+
+namespace aotc {
+
+// Where a graph input comes from.
+struct Source {
+  enum Kind { kState, kUser, kOptimizerState, kHyperparameter, kConstant } kind;
+  size_t index;  // into ModuleState::state, the flat user inputs, optimizer_state, hyper_names, constants
+};
+
+// A mutated input the epilogue writes back (aotc/runtime/epilogue.py's Mutation).
+struct Mutation {
+  size_t output;  // graph output holding the new value
+  size_t input;   // graph input position of the mutated tensor
+  bool data, metadata;
+  std::optional<Layout> layout;
+};
+
+// One user output (epilogue.py's OutputPlan): how to make it from the graph's outputs.
+struct OutputPlan {
+  std::string kind;  // output_type
+  int64_t output = -1;
+  std::optional<int64_t> base, view_offset, same_as, view_of;
+  std::optional<std::vector<int64_t>> size, stride, base_stride;
+};
+
+// The joint graph compiled to write new parameters, optimizer state and buffers into its
+// inputs (exporters/aoti_updates.py): which outputs it no longer returns.
+struct InPlaceUpdates {
+  std::vector<std::pair<size_t, size_t>> writes;  // (output, input) of the full graph
+  std::vector<size_t> kept;                        // outputs the package still returns
+  size_t num_outputs = 0;
+};
+
+struct Program {
+  std::string kind;
+  const GraphSignature* sig = nullptr;
+  const ProgramMeta* meta = nullptr;
+  std::vector<Source> sources;        // per graph input
+  std::vector<size_t> model_inputs;   // graph input position of each metadata input
+  // the layout each user input must have: exact strides (static) or a dense order
+  std::vector<std::optional<std::vector<int64_t>>> static_strides;
+  std::vector<std::vector<int64_t>> dense_order;
+  std::vector<Mutation> mutations;
+  std::vector<OutputPlan> outputs;
+  std::vector<size_t> aliases_in_order;  // user outputs that are rebuilt as views, dependencies first
+  std::vector<size_t> bases;              // graph outputs that are intermediate bases
+  std::vector<size_t> mutated_user_inputs;
+
+  // the package
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  std::string workdir;
+  std::vector<size_t> package_inputs;  // frozen or folded packages take these graph inputs only
+  bool takes_all = true;
+  std::optional<InPlaceUpdates> updates;
+  std::unique_ptr<detail::FoldedConstants> fold;
+  std::unordered_map<std::string, at::Tensor> folded;  // kept alive: the package was told they are user-managed
+  std::vector<std::pair<c10::TensorImpl*, uint32_t>> fold_seen;
+  std::vector<const void*> checked_pointers;  // of the last call that passed the disjointness check
+
+  ~Program();
+};
+
+struct ModuleState {
+  std::shared_ptr<const BundleData> bundle;
+  c10::Device device = c10::Device(c10::kCPU);
+  detail::NamedTensors state;  // parameters and buffers by fqn, on device
+  std::map<std::string, size_t> state_index;
+  std::map<std::string, at::Tensor> grads;
+  detail::NamedTensors constants;
+  std::map<std::string, std::unique_ptr<Program>> programs;
+  // a joint bundle that carries its optimizer
+  detail::NamedTensors optimizer_state;  // '<fqn>/<key>'
+  std::vector<std::string> hyper_names;
+  std::map<std::string, double> hyper_values;
+  std::vector<at::Tensor> hyper_tensors;  // 0-d float64, remade when a value changes
+  bool hyper_stale = true;
+
+  // The full graph input list of `p` for the flat user inputs (checked already).
+  std::vector<at::Tensor> graph_inputs(Program& p, const std::vector<at::Tensor>& flat);
+  // Run the package: the full graph's outputs (inputs where it wrote new values in place).
+  std::vector<at::Tensor> run(Program& p, std::vector<at::Tensor>& args, const std::vector<at::Tensor>& flat);
+  // Checks of layer 1 (runtime/inputs.py): count, dtype, device, shapes within ranges.
+  void check_inputs(const std::vector<at::Tensor>& flat) const;
+  void check_aliasing(const Program& p, const std::vector<at::Tensor>& flat) const;
+  // Epilogue: mutations applied to the caller's tensors, aliased outputs as views.
+  std::vector<at::Tensor> epilogue(const Program& p, const std::vector<at::Tensor>& args,
+                                   const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& flat) const;
+};
+
+std::string describe_shape(at::IntArrayRef shape);
+
+// A module's state, for tools in this repo that time its parts (aotc-run --bench).
+struct ModuleAccess {
+  static ModuleState& state(Module& m) { return *m.state_; }
+};
+
+}  // namespace aotc
