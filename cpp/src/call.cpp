@@ -200,6 +200,13 @@ std::vector<at::Tensor> ModuleState::graph_inputs(Program& p, const std::vector<
   return args;
 }
 
+// runtime/module.py's _failure, for a graph that raised on inputs that passed the checks
+std::string ModuleState::run_failure(const std::string& kind, const std::string& what) const {
+  std::string first = what.substr(what.find_first_not_of(" \n"));
+  first = first.substr(0, first.find('\n'));
+  return "the " + kind + " graph of '" + bundle->path + "' failed at run time: RuntimeError: " + first + ".";
+}
+
 std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& args, const std::vector<at::Tensor>& flat) {
   try {
     if (p.fold) {  // run the fold program again when a weight it reads changed or was replaced
@@ -246,10 +253,10 @@ std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& ar
     return full;
   } catch (const Error&) {
     throw;
+  } catch (const c10::Error& e) {  // torch's errors, which Python sees as RuntimeError
+    throw GraphRunError(run_failure(p.kind, e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    std::string first = e.what();
-    first = first.substr(0, first.find('\n'));
-    throw GraphRunError("the " + p.kind + " graph of '" + bundle->path + "' failed at run time: " + first + ".");
+    throw GraphRunError(run_failure(p.kind, e.what()));
   }
 }
 

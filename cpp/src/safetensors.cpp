@@ -2,6 +2,8 @@
 // dtype, shape and byte range, then the bytes.
 #include "safetensors.h"
 
+#include "aotc/aotc.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -171,3 +173,11 @@ void write_safetensors(const fs::path& path, const NamedTensors& tensors) {
 }
 
 }  // namespace aotc::detail
+
+namespace aotc {
+
+NamedTensors load_safetensors(const std::string& path) { return detail::read_safetensors(path); }
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors) { detail::write_safetensors(path, tensors); }
+
+}  // namespace aotc

@@ -116,4 +116,10 @@ class Module {
   std::shared_ptr<ModuleState> state_;
 };
 
+// safetensors files, as the bundle's weights are stored: read mapped (copy-on-write, checked
+// as the Python side checks them), written atomically.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+NamedTensors load_safetensors(const std::string& path);
+void save_safetensors(const std::string& path, const NamedTensors& tensors);
+
 }  // namespace aotc

@@ -1,0 +1,367 @@
+"""The C++ runtime (cpp/: libaotc_runtime and aotc-run; examples/cpp) against the Python
+runtime, on the same bundles.
+
+Inference outputs must be bitwise equal to `aotc.load(..., backend="aoti")`'s (the same
+compiled package, fed the same tensors); training steps bitwise equal to the Python
+`train_step` and within verify's tolerances of eager torch.optim; refusals the same
+error, word for word. make test builds the C++ code first (make cpp); run alone, the
+`cpp_build` fixture configures and builds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import aotc
+from aotc.bundle.cpp_support import cpp_graphs
+from aotc.bundle.files import Bundle
+from aotc.errors import AotcError
+from aotc.tools.reference import tolerance
+from conftest import ROOT, SAMPLE_NAMES, SAMPLES, clone_inputs, fresh_sample, rehash
+
+BUILD = ROOT / "build" / "cpp"
+AOTC_RUN = BUILD / "aotc-run"
+
+
+@pytest.fixture(scope="session")
+def cpp_build() -> Path:
+    """build/cpp, configured and built (ninja does nothing when make cpp already built it)."""
+    if not (BUILD / "build.ninja").is_file():
+        subprocess.run(["cmake", "-S", ROOT / "cpp", "-B", BUILD, "-G", "Ninja",
+                        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"], check=True, capture_output=True)
+    subprocess.run(["ninja", "-C", BUILD], check=True, capture_output=True)
+    return BUILD
+
+
+def aotc_run(*args, keys: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "AOTC_PUBLIC_KEYS"}
+    if keys is not None:
+        env["AOTC_PUBLIC_KEYS"] = keys
+    return subprocess.run([str(AOTC_RUN), *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+
+
+def run_json(*args) -> dict:
+    result = aotc_run(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def python_error(call) -> str:
+    with pytest.raises(AotcError) as e:
+        call()
+    return str(e.value)
+
+
+def _compile(path: str) -> str:
+    aotc.compile(path)
+    return path
+
+
+def compile_all(paths: list[Path]) -> None:
+    todo = [str(p) for p in paths if not any(f.kind == "compiled" for f in Bundle.open(p).manifest.files)]
+    with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
+        list(pool.map(_compile, todo))
+
+
+@pytest.fixture(scope="module")
+def inference_bundles(sample_bundles, cpp_build) -> dict[str, Path]:
+    """Every sample model's inference bundle, compiled."""
+    paths = {name: sample_bundles[(name, "inference")][0] for name in SAMPLE_NAMES}
+    compile_all(list(paths.values()))
+    return paths
+
+
+# --- inference ---------------------------------------------------------------------------
+
+
+def names_of(path: Path) -> list[str]:
+    return [u.name for u in Bundle.open(path).signature.user_inputs]
+
+
+def run_both(path: Path, args: tuple, tmp_path: Path):
+    """(Python's outputs and inputs after the call, C++'s output file, C++'s --json summary)."""
+    names = names_of(path)
+    save_file({n: a.contiguous() for n, a in zip(names, args)}, tmp_path / "in.safetensors")
+    summary = run_json(path, "--inputs", tmp_path / "in.safetensors", "--output", tmp_path / "out.safetensors")
+    inputs = clone_inputs(args)
+    with torch.no_grad():
+        outputs = aotc.load(path, backend="aoti")(*inputs)
+    flat = torch.utils._pytree.tree_leaves(outputs)
+    return flat, dict(zip(names, inputs)), load_file(tmp_path / "out.safetensors"), summary
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_inference_outputs_are_bitwise_equal_to_python(inference_bundles, name, tmp_path):
+    path = inference_bundles[name]
+    spec = fresh_sample(name)
+    outputs, inputs_after, cpp, summary = run_both(path, tuple(spec.args), tmp_path)
+    names = list(summary["outputs"])
+    assert len(names) == len(outputs)
+    for n, want in zip(names, outputs):
+        assert cpp[n].dtype == want.dtype and cpp[n].shape == want.shape, n
+        assert torch.equal(cpp[n], want), f"{name} {n}: max diff {(cpp[n] - want).abs().max()}"
+    for n, value in inputs_after.items():  # an input the call mutated is written as after:NAME
+        assert torch.equal(cpp.get(f"after:{n}", value), value), n
+
+
+def test_inplace_sample_mutates_inputs_and_returns_views(inference_bundles, tmp_path):
+    """inplace.py: y.add_(1) reaches the caller's y; y.view(-1) is a view of y, and
+    h.transpose(0, 1) a view of the first output, as in eager."""
+    spec = fresh_sample("inplace")
+    x, y = clone_inputs(spec.args)
+    eager = spec.module(x, y)
+    _, _, cpp, summary = run_both(inference_bundles["inplace"], tuple(spec.args), tmp_path)
+    assert torch.equal(cpp["after:y"], y)
+    views = {n: o["views"] for n, o in summary["outputs"].items()}
+    assert views == {"output[0]": None, "output[1]": "input y", "output[2]": "output output[0]"}
+    assert eager[1]._base is y and eager[2]._base is eager[0]  # what those views replay
+    assert summary["outputs"]["output[2]"]["shape"] == [4, 3]
+
+
+def test_dynamic_sizes_inside_and_outside_the_range(inference_bundles, tmp_path):
+    """mlp.py's batch is dynamic in [2, 64]: 5 runs, bitwise as Python; 1 and 65 are
+    refused with Python's message."""
+    path = inference_bundles["mlp"]
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(3))
+    outputs, _, cpp, _ = run_both(path, (x,), tmp_path)
+    assert torch.equal(cpp["output[0]"], outputs[0])
+    model = aotc.load(path, backend="aoti")
+    for batch in (1, 65):
+        bad = torch.randn(batch, 16)
+        save_file({"x": bad}, tmp_path / "bad.safetensors")
+        result = aotc_run(path, "--inputs", tmp_path / "bad.safetensors", "--output", tmp_path / "o.safetensors")
+        assert result.returncode == 1
+        assert result.stderr.strip() == f"Error: {python_error(lambda: model(bad))}"
+
+
+def test_wrong_inputs_are_refused_as_python_refuses_them(inference_bundles, tmp_path):
+    path = inference_bundles["classifier"]
+    model = aotc.load(path, backend="aoti")
+    (name,) = names_of(path)
+    for bad in (torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 9)):
+        save_file({name: bad}, tmp_path / "bad.safetensors")
+        result = aotc_run(path, "--inputs", tmp_path / "bad.safetensors", "--output", tmp_path / "o.safetensors")
+        assert (result.returncode, result.stderr.strip()) == (1, f"Error: {python_error(lambda: model(bad))}")
+    save_file({"other": torch.randn(4, 8)}, tmp_path / "other.safetensors")
+    result = aotc_run(path, "--inputs", tmp_path / "other.safetensors", "--output", tmp_path / "o.safetensors")
+    assert result.returncode == 1 and f"has no tensor '{name}'; the bundle takes {name}." in result.stderr
+
+
+# --- training ----------------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+    # eps=1e-3, as tests/test_runtime_training.py: a bias before train-mode BatchNorm has a
+    # true gradient of 0, and Adam turns its rounding noise into full steps at eps=1e-8
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, eps=1e-3),
+}
+TRAINED = [("mlp", "sgd"), ("mlp", "adamw"), ("tiny_transformer", "sgd"), ("tiny_transformer", "adamw")]
+STEPS = 10
+
+
+def batches(name: str, example: torch.Tensor) -> torch.Tensor:
+    """STEPS batches shaped like the example input, stacked."""
+    g = torch.Generator().manual_seed(7)
+    if example.dtype.is_floating_point:
+        return torch.randn(STEPS, *example.shape, generator=g)
+    return torch.randint(0, int(example.max()) + 1, (STEPS, *example.shape), generator=g)
+
+
+@pytest.fixture(scope="module")
+def joint_bundles(tmp_path_factory, cpp_build) -> dict[tuple[str, str], Path]:
+    """mlp and tiny_transformer as joint bundles carrying SGD (momentum) or AdamW, compiled."""
+    root = tmp_path_factory.mktemp("cpp-joint")
+    out = {}
+    for name, optimizer in TRAINED:
+        spec = fresh_sample(name)
+        model = spec.module.train()
+        path = root / f"{name}-{optimizer}"
+        aotc.export(model, tuple(spec.args), path, graphs=("joint",), loss=spec.loss,
+                    optimizer=OPTIMIZERS[optimizer](model.parameters()))
+        out[(name, optimizer)] = path
+    compile_all(list(out.values()))
+    return out
+
+
+@pytest.mark.parametrize("name,optimizer", TRAINED)
+def test_train_steps_equal_python_and_eager(joint_bundles, name, optimizer, tmp_path):
+    path = joint_bundles[(name, optimizer)]
+    spec = fresh_sample(name)
+    (input_name,) = names_of(path)
+    data = batches(name, spec.args[0])
+    save_file({input_name: data}, tmp_path / "data.safetensors")
+    summary = run_json(path, "--train-steps", STEPS, "--data", tmp_path / "data.safetensors", "--seed", 0,
+                       "--output", tmp_path / "trained.safetensors", "--optimizer-state", tmp_path / "state.safetensors")
+    trained = load_file(tmp_path / "trained.safetensors")
+
+    loaded = aotc.load(path, backend="aoti", mode="train")
+    eager = spec.module.train()
+    opt = OPTIMIZERS[optimizer](eager.parameters())
+    for step in range(STEPS):
+        torch.manual_seed(step)
+        loss = loaded.train_step(data[step].clone())
+        assert summary["losses"][step] == loss.item(), f"step {step + 1}"
+        torch.manual_seed(step)
+        eager_loss = spec.loss(eager(data[step].clone()), data[step].clone())
+        eager_loss.backward()
+        opt.step()
+        opt.zero_grad()
+        torch.testing.assert_close(torch.tensor(summary["losses"][step]), eager_loss.detach(), rtol=1e-3, atol=1e-4)
+    python_state, eager_state = loaded.state_dict(), eager.state_dict()
+    assert trained.keys() == python_state.keys()
+    for key, value in trained.items():
+        assert torch.equal(value, python_state[key]), f"{key} differs from Python's train_step"
+        rtol, atol = tolerance(value)
+        torch.testing.assert_close(value, eager_state[key], rtol=rtol, atol=atol, msg=lambda m: f"{key}: {m}")
+    state = load_file(tmp_path / "state.safetensors")
+    for fqn, per in loaded.optimizer.state_dict()["state"].items():
+        param = loaded.optimizer.param_groups[0]["params"][fqn]
+        key = next(n for n, p in loaded.named_parameters() if p is param)
+        for k, v in per.items():
+            assert torch.equal(state[f"{key}/{k}"], v.reshape(state[f"{key}/{k}"].shape)), f"{key}/{k}"
+    # the trained weights load back into the Python runtime
+    again = aotc.load(path, backend="aoti", mode="train")
+    again.load_state_dict(trained)
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in trained.items())
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+def test_refusals_name_what_python_names(inference_bundles, tmp_path):
+    """A file changed after export, a library planted in the bundle, and each refused
+    before any compiled code is loaded, with the Python runtime's words."""
+    spec = fresh_sample("mlp")
+    save_file({"x": spec.args[0].contiguous()}, tmp_path / "in.safetensors")
+
+    def refused(path: Path, keys: str | None = None) -> str:
+        result = aotc_run(path, "--inputs", tmp_path / "in.safetensors", "--output", tmp_path / "o.safetensors", keys=keys)
+        assert result.returncode == 1, result.stderr
+        return result.stderr.strip()
+
+    tampered = shutil.copytree(inference_bundles["mlp"], tmp_path / "tampered")
+    with open(tampered / "weights.safetensors", "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\x00\x00\x80\x7f")
+    assert refused(tampered) == f"Error: {python_error(lambda: aotc.load(tampered, backend='aoti'))}"
+
+    planted = shutil.copytree(inference_bundles["mlp"], tmp_path / "planted")
+    (planted / "compiled" / "cpu" / "libevil.so").write_bytes(b"\x7fELF")
+    assert refused(planted) == f"Error: {python_error(lambda: aotc.load(planted, backend='aoti'))}"
+
+
+def test_signed_bundles_with_keys_configured(inference_bundles, tmp_path):
+    """With a key configured: a bundle it signed runs; the same bundle with another
+    package swapped in and every hash recomputed is refused before the package loads."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from aotc.bundle.signing import sign
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    public = tmp_path / "pub.pem"
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    signed = shutil.copytree(inference_bundles["mlp"], tmp_path / "signed")
+    sign(signed, tmp_path / "key.pem")
+    save_file({"x": fresh_sample("mlp").args[0].contiguous()}, tmp_path / "in.safetensors")
+    args = (signed, "--inputs", tmp_path / "in.safetensors", "--output", tmp_path / "o.safetensors", "--json")
+    result = aotc_run(*args, keys=str(public))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["signed_by"] == str(public)
+
+    other = inference_bundles["cnn"] / "compiled" / "cpu" / "inference.pt2"
+    shutil.copyfile(other, signed / "compiled" / "cpu" / "inference.pt2")
+    rehash(signed)
+    result = aotc_run(*args, keys=str(public))
+    expected = python_error(lambda: aotc.load(signed, backend="aoti", public_keys=[public]))
+    assert (result.returncode, json.loads(result.stdout)["type"]) == (1, "SignatureError")
+    assert result.stderr.strip() == f"Error: {expected}"
+    # with no key, the bundle's own hashes vouch for the swapped package, which then fails on
+    # the mlp's inputs (the cnn's was compiled for other ones), in either runtime alike
+    result = aotc_run(*args)
+    model = aotc.load(signed, backend="aoti", public_keys=[])
+    assert result.stderr.strip() == f"Error: {python_error(lambda: model(fresh_sample('mlp').args[0]))}"
+
+
+def test_graphs_cpp_cannot_run_are_refused_as_inspect_says(sample_bundles, int8_bundle):
+    """A forward+backward bundle and one with tensor subclasses: aotc-run refuses them for
+    the reason `aotc inspect` gives (aotc/bundle/cpp_support.py mirrors cpp/src/support.cpp)."""
+    for path in (sample_bundles[("mlp", "autograd")][0], int8_bundle):
+        graphs = cpp_graphs(Bundle.open(path))
+        kind = next(k for k in Bundle.open(path).graph_kinds if graphs[k]["refused"])
+        result = aotc_run(path, "--check")
+        assert result.returncode == 1
+        assert result.stderr.strip() == (f"Error: Bundle '{path}': its {kind} graph cannot run from C++: "
+                                         f"{graphs[kind]['refused']}.")
+    joint = sample_bundles[("mlp", "joint")][0]
+    assert cpp_graphs(Bundle.open(joint))["joint"]["refused"] == ""
+
+
+def test_aotc_run_usage_errors(cpp_build):
+    result = aotc_run()
+    assert result.returncode == 2 and "Error: missing argument BUNDLE" in result.stderr
+    result = aotc_run("x", "--train-steps", "ten")
+    assert result.returncode == 2 and "option --train-steps takes a positive integer, not 'ten'" in result.stderr
+    assert aotc_run("--help").returncode == 0
+
+
+# --- the examples ------------------------------------------------------------------------
+
+
+def test_examples_build_serve_and_train(inference_bundles, joint_bundles, tmp_path):
+    """examples/cpp built against build/cpp's CMake package, as the README shows; serve
+    answers as Python does, train's steps (with its learning-rate decay) equal Python's."""
+    build = tmp_path / "examples"
+    subprocess.run(["cmake", "-S", ROOT / "examples" / "cpp", "-B", build, "-G", "Ninja", f"-Daotc_DIR={BUILD}",
+                    f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"], check=True, capture_output=True)
+    subprocess.run(["ninja", "-C", build], check=True, capture_output=True)
+
+    path = inference_bundles["inplace"]
+    spec = fresh_sample("inplace")
+    save_file(dict(zip(names_of(path), spec.args)), tmp_path / "request.safetensors")
+    served = subprocess.run([build / "serve", path, tmp_path / "request.safetensors", tmp_path / "response.safetensors"],
+                            capture_output=True, text=True)
+    assert served.returncode == 0, served.stderr
+    response = load_file(tmp_path / "response.safetensors")
+    with torch.no_grad():
+        want = aotc.load(path, backend="aoti")(*clone_inputs(spec.args))
+    assert [torch.equal(response[f"output[{i}]"], w) for i, w in enumerate(want)] == [True] * 3
+
+    path = joint_bundles[("mlp", "sgd")]
+    data = batches("mlp", fresh_sample("mlp").args[0])
+    save_file({"x": data}, tmp_path / "batches.safetensors")
+    trained = subprocess.run([build / "train", path, tmp_path / "batches.safetensors", str(STEPS),
+                              tmp_path / "trained.safetensors"], capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr
+    loaded = aotc.load(path, backend="aoti", mode="train")
+    lr = loaded.optimizer.param_groups[0]["lr"]
+    for step in range(STEPS):
+        loaded.optimizer.param_groups[0]["lr"] = lr * (1.0 - 0.5 * step / STEPS)
+        torch.manual_seed(step)
+        loaded.train_step(data[step].clone())
+    assert f"step {STEPS}: loss" in trained.stdout
+    weights = load_file(tmp_path / "trained.safetensors")
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in weights.items())
+
+
+def test_inspect_says_which_graphs_run_from_cpp(inference_bundles, sample_bundles):
+    from conftest import invoke
+
+    result = invoke("inspect", inference_bundles["mlp"])
+    assert "C++ runtime" in result.stderr and "inference: yes, compiled for cpu" in result.stderr
+    facts = json.loads(invoke("inspect", sample_bundles[("mlp", "autograd")][0], "--json").stdout)["cpp"]
+    assert facts["forward"]["refused"].startswith("forward+backward graphs run inside Python autograd")
+
