@@ -39,6 +39,13 @@ std::vector<int64_t> dense_strides(at::IntArrayRef shape, const std::vector<int6
   return strides;
 }
 
+bool has_size_one(const at::Tensor& t) {
+  for (int64_t n : t.sizes()) {
+    if (n == 1) return true;
+  }
+  return false;
+}
+
 std::pair<int64_t, int64_t> byte_span(const at::Tensor& t) {
   int64_t lo = t.storage_offset(), hi = lo;
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -89,7 +96,15 @@ void ModuleState::check_inputs(const std::vector<at::Tensor>& flat) const {
     throw InputError("expected " + std::to_string(names.size()) + " input(s) (" + list + "); got " +
                      std::to_string(flat.size()) + ".");
   }
-  std::map<std::string, std::pair<int64_t, std::string>> sizes;
+  // the size each dynamic symbol took first in this call: (symbol, size, input, dim);
+  // no strings are built unless a check fails (this runs on every call)
+  struct Seen {
+    const std::string* symbol;
+    int64_t size;
+    size_t input;
+    int64_t dim;
+  };
+  c10::SmallVector<Seen, 8> sizes;
   for (size_t k = 0; k < flat.size(); ++k) {
     const std::string& name = names[k];
     const TensorMeta& m = b.user_inputs[k];
@@ -104,7 +119,7 @@ void ModuleState::check_inputs(const std::vector<at::Tensor>& flat) const {
                        ". Move it with .to('" + device.str() + "').");
     }
     if (m.dynamic_dims.empty()) {
-      if (value.sizes().vec() != m.shape) {
+      if (!value.sizes().equals(m.shape)) {
         throw InputError("input '" + name + "' has shape " + describe_shape(value.sizes()) + "; the bundle expects " +
                          describe_shape(m.shape) + " (no dynamic dims were exported; export with dynamic_shapes=, or aotc "
                          "export --dynamic NAME:DIM).");
@@ -131,11 +146,13 @@ void ModuleState::check_inputs(const std::vector<at::Tensor>& flat) const {
                          ", outside the exported range [" + std::to_string(dim.min) + ", " +
                          (dim.max ? std::to_string(*dim.max) : "inf") + "] of " + dim.symbol + ". Re-export with a wider range.");
       }
-      auto seen = sizes.emplace(dim.symbol, std::make_pair(size, name + " dim " + std::to_string(i))).first->second;
-      if (seen.first != size) {
+      auto seen = std::find_if(sizes.begin(), sizes.end(), [&](const Seen& x) { return *x.symbol == dim.symbol; });
+      if (seen == sizes.end()) {
+        sizes.push_back({&dim.symbol, size, k, i});
+      } else if (seen->size != size) {
         throw InputError("input '" + name + "' dim " + std::to_string(i) + " is " + std::to_string(size) + ", but " +
-                         seen.second + " is " + std::to_string(seen.first) + "; both are " + dim.symbol +
-                         " in the bundle and must be equal.");
+                         names[seen->input] + " dim " + std::to_string(seen->dim) + " is " + std::to_string(seen->size) +
+                         "; both are " + dim.symbol + " in the bundle and must be equal.");
       }
     }
   }
@@ -184,8 +201,12 @@ std::vector<at::Tensor> ModuleState::graph_inputs(Program& p, const std::vector<
         // the layout the compiled code indexes with (contract/aliasing.py's StrideGuard)
         const at::Tensor& t = flat[s.index];
         const auto& exact = p.static_strides[s.index];
+        if (exact ? t.strides().equals(*exact) : p.row_major[s.index] && t.is_contiguous() && !has_size_one(t)) {
+          args.push_back(t);  // laid out as compiled: the common case, decided without allocating
+          break;
+        }
         std::vector<int64_t> want = exact ? *exact : dense_strides(t.sizes(), p.dense_order[s.index]);
-        if (t.strides().vec() == want || t.numel() <= 1) {
+        if (t.strides().equals(want) || t.numel() <= 1) {
           args.push_back(t);
         } else {
           args.push_back(at::empty_strided(t.sizes(), want, t.options()).copy_(t));
@@ -222,12 +243,8 @@ std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& ar
         for (int64_t i : p.fold->reads()) p.fold_seen.emplace_back(args[i].unsafeGetTensorImpl(), args[i]._version());
       }
     }
-    std::vector<at::Tensor> pass;
-    if (p.takes_all) {
-      pass = args;
-    } else {
-      for (size_t i : p.package_inputs) pass.push_back(args[i]);
-    }
+    std::vector<at::Tensor> pass;  // frozen and folded packages take the user inputs alone
+    for (size_t i : p.package_inputs) pass.push_back(args[i]);
     if (p.updates) {  // written in place: no other input may share their memory
       std::vector<const void*> pointers;
       for (const at::Tensor& a : args) pointers.push_back(a.defined() ? a.data_ptr() : nullptr);
@@ -245,7 +262,8 @@ std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& ar
         p.checked_pointers = pointers;
       }
     }
-    std::vector<at::Tensor> returned = p.loader->boxed_run(std::move(pass));
+    // run, not boxed_run: it costs less per call, and args stay for the epilogue
+    std::vector<at::Tensor> returned = p.loader->run(p.takes_all ? args : pass);
     if (!p.updates) return returned;
     std::vector<at::Tensor> full(p.updates->num_outputs);
     for (size_t k = 0; k < p.updates->kept.size() && k < returned.size(); ++k) full[p.updates->kept[k]] = returned[k];
@@ -277,12 +295,7 @@ std::vector<at::Tensor> ModuleState::epilogue(const Program& p, const std::vecto
     if (m.data) target.copy_(value);
   }
   std::vector<at::Tensor> results(p.outputs.size());
-  for (size_t i = 0; i < p.outputs.size(); ++i) {
-    const OutputPlan& plan = p.outputs[i];
-    if (plan.kind == "non_alias" || plan.kind == "unsafe_view_alias" || plan.kind == "custom_function_view") {
-      results[i] = outs[plan.output];
-    }
-  }
+  for (size_t i : p.plain_outputs) results[i] = outs[p.outputs[i].output];
   auto model_input = [&](int64_t k) {
     size_t position = p.model_inputs[k];
     const Source& s = p.sources[position];
@@ -333,7 +346,7 @@ Outputs Module::forward(const std::vector<at::Tensor>& inputs) {
   std::vector<at::Tensor> outs = s.run(p, args, inputs);
   Outputs out;
   out.values = s.epilogue(p, args, outs, inputs);
-  for (const OutputPlan& plan : p.outputs) out.names.push_back(p.sig->outputs[plan.output].name);
+  out.names = p.output_names;
   return out;
 }
 

@@ -207,6 +207,7 @@ void plan_epilogue(Program& p) {
     }
     bool plain = plan.kind == "non_alias" || plan.kind == "unsafe_view_alias" || plan.kind == "custom_function_view";
     bool depends = plan.kind == "alias_of_intermediate_base_is_user_output" || plan.same_as || plan.view_of;
+    if (plain) p.plain_outputs.push_back(i);
     if (!plain || plan.same_as || plan.view_of) (depends ? dependent : p.aliases_in_order).push_back(i);
     p.outputs.push_back(std::move(plan));
   }
@@ -295,8 +296,11 @@ Module Bundle::load(c10::Device device) const {
     for (const TensorMeta& t : b.user_inputs) {
       p->static_strides.push_back(t.dynamic_dims.empty() ? std::optional<std::vector<int64_t>>(t.stride) : std::nullopt);
       p->dense_order.push_back(dense_order_of(t.stride));
+      const auto& order = p->dense_order.back();
+      p->row_major.push_back(std::is_sorted(order.begin(), order.end()));
     }
     plan_epilogue(*p);
+    for (const OutputPlan& plan : p->outputs) p->output_names.push_back(p->sig->outputs[plan.output].name);
 
     // the compiled package, loaded only after its members and hash check out
     std::string type = device.is_cuda() ? "cuda" : "cpu";

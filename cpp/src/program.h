@@ -51,8 +51,11 @@ struct Program {
   // the layout each user input must have: exact strides (static) or a dense order
   std::vector<std::optional<std::vector<int64_t>>> static_strides;
   std::vector<std::vector<int64_t>> dense_order;
+  std::vector<bool> row_major;  // dense_order is 0, 1, ..., n-1
+  std::vector<std::string> output_names;
   std::vector<Mutation> mutations;
   std::vector<OutputPlan> outputs;
+  std::vector<size_t> plain_outputs;     // user outputs taken as the graph returns them
   std::vector<size_t> aliases_in_order;  // user outputs that are rebuilt as views, dependencies first
   std::vector<size_t> bases;              // graph outputs that are intermediate bases
   std::vector<size_t> mutated_user_inputs;

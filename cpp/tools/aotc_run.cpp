@@ -128,7 +128,7 @@ Options parse(int argc, char** argv) {
     if (o.train_steps ? o.data.empty() : o.inputs.empty()) {
       throw UsageError(o.train_steps ? "--train-steps needs --data" : "give --inputs (or --train-steps with --data, or --check)");
     }
-    if (o.output.empty() && !o.bench) throw UsageError("give --output FILE");
+    if (o.output.empty() && !o.bench && !o.train_steps) throw UsageError("give --output FILE");
   }
   return o;
 }
@@ -230,16 +230,19 @@ int run(const Options& o) {
   } else if (o.train_steps) {
     if (!o.optimizer_state.empty() && std::filesystem::exists(o.optimizer_state)) module.load_optimizer_state(o.optimizer_state);
     if (o.lr) module.set_hyperparameter("lr", *o.lr);
-    std::vector<double> losses;
+    std::vector<double> losses, step_seconds;
     start = Clock::now();
     for (int step = 0; step < o.train_steps; ++step) {
       auto inputs = inputs_from(o.data, bundle.input_names(), device, step);
       if (o.seed) at::manual_seed(static_cast<uint64_t>(*o.seed + step));
+      auto t0 = Clock::now();
       losses.push_back(module.train_step(inputs).item<double>());
+      step_seconds.push_back(seconds_since(t0));
       if (!o.json) std::cerr << "step " << step + 1 << "/" << o.train_steps << ": loss " << losses.back() << "\n";
     }
     summary["train_seconds"] = seconds_since(start);
     summary["losses"] = losses;
+    summary["step_seconds"] = step_seconds;
     if (!o.output.empty()) module.save_weights(o.output);
     if (!o.optimizer_state.empty()) module.save_optimizer_state(o.optimizer_state);
   } else {
