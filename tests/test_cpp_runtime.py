@@ -296,18 +296,47 @@ def test_signed_bundles_with_keys_configured(inference_bundles, tmp_path):
     assert result.stderr.strip() == f"Error: {python_error(lambda: model(fresh_sample('mlp').args[0]))}"
 
 
-def test_graphs_cpp_cannot_run_are_refused_as_inspect_says(sample_bundles, int8_bundle):
-    """A forward+backward bundle and one with tensor subclasses: aotc-run refuses them for
-    the reason `aotc inspect` gives (aotc/bundle/cpp_support.py mirrors cpp/src/support.cpp)."""
-    for path in (sample_bundles[("mlp", "autograd")][0], int8_bundle):
-        graphs = cpp_graphs(Bundle.open(path))
-        kind = next(k for k in Bundle.open(path).graph_kinds if graphs[k]["refused"])
-        result = aotc_run(path, "--check")
-        assert result.returncode == 1
-        assert result.stderr.strip() == (f"Error: Bundle '{path}': its {kind} graph cannot run from C++: "
-                                         f"{graphs[kind]['refused']}.")
-    joint = sample_bundles[("mlp", "joint")][0]
-    assert cpp_graphs(Bundle.open(joint))["joint"]["refused"] == ""
+def test_graphs_cpp_cannot_run_are_refused_as_inspect_says(int8_bundle):
+    """A bundle with tensor subclasses (torchao's int8 weights): aotc-run refuses it for the
+    reason `aotc inspect` gives (aotc/bundle/cpp_support.py mirrors cpp/src/support.cpp)."""
+    graphs = cpp_graphs(Bundle.open(int8_bundle))
+    result = aotc_run(int8_bundle, "--check")
+    assert graphs["inference"]["refused"] == "tensor subclasses, which only trusted Python classes rebuild"
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"Error: Bundle '{int8_bundle}': its inference graph cannot run from C++: "
+                                     f"{graphs['inference']['refused']}.")
+
+
+@pytest.fixture(scope="module")
+def autograd_bundles(sample_bundles, cpp_build) -> dict[str, Path]:
+    paths = {name: sample_bundles[(name, "autograd")][0] for name in ("mlp", "tiny_transformer")}
+    compile_all(list(paths.values()))
+    return paths
+
+
+@pytest.mark.parametrize("name", ["mlp", "tiny_transformer"])
+def test_forward_backward_equal_python(autograd_bundles, name, tmp_path):
+    """A forward+backward bundle: forward (train mode: BatchNorm's batch statistics,
+    dropout under one seed) and backward with given output gradients give Python's
+    outputs and parameter gradients, bitwise."""
+    path = autograd_bundles[name]
+    spec = fresh_sample(name)
+    (input_name,) = names_of(path)
+    save_file({input_name: spec.args[0].contiguous()}, tmp_path / "in.safetensors")
+    loaded = aotc.load(path, backend="aoti", mode="train")
+    torch.manual_seed(3)
+    out = loaded(*clone_inputs(spec.args))
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    out.backward(grad)
+    save_file({"output[0]": grad}, tmp_path / "grad.safetensors")
+    result = aotc_run(path, "--inputs", tmp_path / "in.safetensors", "--seed", 3, "--backward",
+                      tmp_path / "grad.safetensors", "--output", tmp_path / "out.safetensors")
+    assert result.returncode == 0, result.stderr
+    cpp = load_file(tmp_path / "out.safetensors")
+    assert torch.equal(cpp["output[0]"], out.detach())
+    for fqn, p in loaded.named_parameters():
+        assert torch.equal(cpp[f"grad:{fqn}"], p.grad), fqn
+    assert cpp_graphs(Bundle.open(path))["backward"]["runs"]
 
 
 def test_aotc_run_usage_errors(cpp_build):
@@ -363,5 +392,5 @@ def test_inspect_says_which_graphs_run_from_cpp(inference_bundles, sample_bundle
     result = invoke("inspect", inference_bundles["mlp"])
     assert "C++ runtime" in result.stderr and "inference: yes, compiled for cpu" in result.stderr
     facts = json.loads(invoke("inspect", sample_bundles[("mlp", "autograd")][0], "--json").stdout)["cpp"]
-    assert facts["forward"]["refused"].startswith("forward+backward graphs run inside Python autograd")
+    assert facts["forward"]["refused"] == "" and facts["forward"]["runs"] == (facts["forward"]["devices"] == ["cpu"])
 

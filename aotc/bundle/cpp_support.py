@@ -8,7 +8,7 @@ runtime refuses the same graphs, by the same reason, when it loads the bundle
 
 from __future__ import annotations
 
-CPP_KINDS = ("inference", "joint")
+CPP_KINDS = ("inference", "joint", "forward", "backward")
 
 
 def cpp_refusal(bundle, kind: str) -> str:
@@ -16,8 +16,6 @@ def cpp_refusal(bundle, kind: str) -> str:
     meta = bundle.metadata
     if bundle.manifest.generation is not None:
         return "a generation bundle: its decoding loop and KV cache run in Python (aotc generate)"
-    if kind in ("forward", "backward"):
-        return "forward+backward graphs run inside Python autograd; from C++, export a joint graph (aotc export --joint)"
     if kind not in CPP_KINDS:
         return f"a {kind} graph"
     if meta.subclasses is not None:
@@ -28,13 +26,21 @@ def cpp_refusal(bundle, kind: str) -> str:
         return f"captured under {what}, which the C++ runtime does not set"
     if any(u.kind != "tensor" for u in bundle.signature.user_inputs):
         return "an int input, which the Python runtime turns into a tensor"
-    program = meta.programs.get(kind)
+    program = meta.programs.get("forward" if kind == "backward" else kind)  # a backward graph: its forward's
     if program is None:
         return f"no metadata for the {kind} graph"
     if program.aliased_inputs:
         return "inputs captured as views of one tensor (a synthetic base)"
-    if any(o.constant is not None or o.scalar is not None for o in program.outputs):
-        return "outputs that are not tensors (constants or Python numbers)"
+    for o in program.outputs:
+        if o.constant is not None or o.scalar is not None:
+            return "outputs that are not tensors (constants or Python numbers)"
+        if o.output_type == "custom_function_view":
+            return "outputs of custom autograd.Functions that view an input"
+    backward = bundle.signature.graphs.get("backward")
+    if kind in ("forward", "backward") and backward is not None:
+        user_outputs = {s.name for s in bundle.signature.graphs["forward"].outputs if s.role == "user_output"}
+        if any(s.role == "tangent" and s.target not in user_outputs for s in backward.inputs):
+            return "a gradient for an input the forward mutates in place, which C++ callers cannot give"
     return ""
 
 

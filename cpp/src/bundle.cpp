@@ -257,6 +257,10 @@ void read_signature(BundleData& b, const fs::path& root) {
     GraphSignature sig;
     for (const json& s : g.at("inputs")) sig.inputs.push_back(parse_slot(s, where));
     for (const json& s : g.at("outputs")) sig.outputs.push_back(parse_slot(s, where));
+    if (g.contains("backward") && g["backward"].is_object() && g["backward"].contains("reached_from") &&
+        g["backward"]["reached_from"].is_object()) {
+      sig.reached_from = get<std::map<std::string, std::vector<std::string>>>(g["backward"], "reached_from", where);
+    }
     b.graphs[kind] = std::move(sig);
   }
 }

@@ -42,6 +42,9 @@ struct Slot {
 
 struct GraphSignature {
   std::vector<Slot> inputs, outputs;
+  // a backward graph's: per gradient output, the tangents whose gradient reaches it in
+  // eager (absent: always computed)
+  std::map<std::string, std::vector<std::string>> reached_from;
 };
 
 struct Layout {

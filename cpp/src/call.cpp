@@ -334,6 +334,7 @@ const at::Tensor& Outputs::operator[](const std::string& name) const {
 Outputs Module::forward(const std::vector<at::Tensor>& inputs) {
   ModuleState& s = *state_;
   auto it = s.programs.find("inference");
+  if (it == s.programs.end()) it = s.programs.find("forward");  // a forward+backward bundle
   if (it == s.programs.end()) {
     throw ModeError("This is a joint bundle: it runs whole training steps. Call module.train_step(inputs), which "
                     "returns the loss and updates the weights.");
@@ -344,6 +345,7 @@ Outputs Module::forward(const std::vector<at::Tensor>& inputs) {
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> args = s.graph_inputs(p, inputs);
   std::vector<at::Tensor> outs = s.run(p, args, inputs);
+  if (p.kind == "forward") s.stash_for_backward(p, args, outs);
   Outputs out;
   out.values = s.epilogue(p, args, outs, inputs);
   out.names = p.output_names;

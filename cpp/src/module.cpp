@@ -1,10 +1,6 @@
-// Bundle::load: weights read (mapped) and checked, each graph's package loaded after its
-// hash checks out once more, and the per-call plans built once from the metadata.
-#include <cstdlib>
-#include <mutex>
+// Bundle::load: weights read (mapped) and checked, the per-call plans of each graph built
+// once from the metadata, and its package loaded (package.cpp).
 #include <set>
-
-#include <torch/headeronly/version.h>
 
 #include "program.h"
 
@@ -15,135 +11,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::set<std::string> kModelRoles = {"parameter", "buffer", "user_input", "synthetic_base"};
-
-std::string this_torch() {
-  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
-         std::to_string(TORCH_VERSION_PATCH);
-}
-
-std::set<std::string> cpu_flags() {
-  std::set<std::string> flags;
-  std::istringstream text(detail::read_file("/proc/cpuinfo"));
-  for (std::string line; std::getline(text, line);) {
-    if (line.rfind("flags", 0) == 0 || line.rfind("Features", 0) == 0) {
-      std::istringstream words(line.substr(line.find(':') + 1));
-      for (std::string w; words >> w;) flags.insert(w);
-      break;
-    }
-  }
-  return flags;
-}
-
-// aotc/bundle/fingerprint.py's check_fingerprint
-void check_fingerprint(const FileEntry& entry, const c10::Device& device, const std::string& what) {
-  if (!entry.has_build) throw BundleError(what + " records no build fingerprint; compile the bundle again with aotc compile.");
-  const auto& fp = entry.build;
-  auto at = [&](const char* k) { return fp.count(k) ? fp.at(k) : std::string("None"); };
-  std::string recorded = at("torch");
-  if (recorded.substr(0, recorded.find('+')) != this_torch()) {
-    throw BundleError(what + " was built for torch " + recorded + ", this is torch " + this_torch() +
-                      ". Compile the bundle again (aotc compile BUNDLE), or use backend='fx'.");
-  }
-  std::string type = device.is_cuda() ? "cuda" : "cpu";
-  if (at("device") != type) throw BundleError(what + " was built for " + at("device") + ", not " + type + ".");
-  if (device.is_cpu() && fp.count("cpu_flags")) {
-    std::set<std::string> have = cpu_flags();
-    std::vector<std::string> missing;
-    std::istringstream needed(fp.at("cpu_flags"));
-    for (std::string f; std::getline(needed, f, ',');) {
-      if (!f.empty() && !have.empty() && !have.count(f)) missing.push_back(f);
-    }
-    if (!missing.empty()) {
-      std::string list;
-      for (const auto& f : missing) list += (list.empty() ? "" : ", ") + f;
-      throw BundleError(what + " was built for CPU instruction set " + at("cpu_isa") + ", but this CPU lacks " + list +
-                        ". Compile the bundle on this machine, or use backend='fx'.");
-    }
-  }
-}
-
-// The loader extracts the package under $TMPDIR and leaves it there when loading fails:
-// point $TMPDIR at a directory of our own meanwhile, removed when the program goes.
-std::mutex tmpdir_lock;
-
-std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const fs::path& path, const c10::Device& device,
-                                                                      std::string& workdir) {
-  fs::path base = fs::temp_directory_path();
-  std::string pattern = (base / "aotc-load-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) throw BundleError("cannot make a directory under " + base.string());
-  workdir = pattern;
-  std::lock_guard<std::mutex> hold(tmpdir_lock);
-  const char* previous = std::getenv("TMPDIR");
-  std::string saved = previous ? previous : "";
-  setenv("TMPDIR", workdir.c_str(), 1);
-  try {
-    auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path.string(), "model", false, 1, device.has_index() ? device.index() : -1);
-    previous ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
-    return loader;
-  } catch (const std::exception& e) {
-    previous ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
-    fs::remove_all(workdir);
-    std::string first = e.what();
-    first = first.substr(0, first.find('\n'));
-    throw BundleError("'" + path.string() + "' could not be loaded as an AOTInductor package (" + first + ").");
-  }
-}
-
-// exporters/aoti_updates.py's plan(): what of the joint graph's outputs the package
-// compiled "in place" writes into its inputs instead of returning.
-InPlaceUpdates in_place_plan(const BundleData& b, const GraphSignature& sig, const ProgramMeta& meta) {
-  std::map<std::pair<std::string, std::string>, std::vector<size_t>> slots;
-  for (size_t i = 0; i < sig.inputs.size(); ++i) slots[{sig.inputs[i].role, sig.inputs[i].target.value_or("")}].push_back(i);
-  auto single = [&](const std::string& role, const std::string& target) -> std::optional<size_t> {
-    auto it = slots.find({role, target});
-    if (it == slots.end() || it->second.size() != 1) return std::nullopt;  // tied: one tensor for two inputs
-    return it->second[0];
-  };
-  InPlaceUpdates u;
-  u.num_outputs = sig.outputs.size();
-  std::set<size_t> gone;
-  for (size_t o = 0; o < sig.outputs.size(); ++o) {
-    const Slot& s = sig.outputs[o];
-    std::string target = s.target.value_or("");
-    std::optional<size_t> i;
-    if (s.role == "updated_parameter") {
-      i = single("parameter", target);
-    } else if (s.role == "optimizer_state") {
-      i = single("optimizer_state", target);
-    } else if (s.role == "input_mutation") {
-      std::string name = s.name.substr(std::string("mutated:").size());
-      for (size_t k = 0; k < meta.inputs.size(); ++k) {
-        const InputMeta& info = meta.inputs[k];
-        if (sig.inputs[k].name == name && info.kind == "buffer" && info.mutates_data && !info.mutates_metadata) {
-          i = single(sig.inputs[k].role, sig.inputs[k].target.value_or(""));
-        }
-      }
-    }
-    if (i) {
-      u.writes.emplace_back(o, *i);
-      gone.insert(o);
-    }
-  }
-  if (b.optimizer) {  // the graph's optimizer took the parameters' gradients: not returned
-    std::set<std::string> updated;
-    for (const Slot& s : sig.outputs) {
-      if (s.role == "updated_parameter") updated.insert(s.target.value_or(""));
-    }
-    for (size_t o = 0; o < sig.outputs.size(); ++o) {
-      const Slot& s = sig.outputs[o];
-      if (s.role != "gradient") continue;
-      std::string name = s.name.substr(std::string("grad:").size());
-      for (const Slot& in : sig.inputs) {
-        if (in.name == name && in.role == "parameter" && updated.count(in.target.value_or(""))) gone.insert(o);
-      }
-    }
-  }
-  for (size_t o = 0; o < u.num_outputs; ++o) {
-    if (!gone.count(o)) u.kept.push_back(o);
-  }
-  return u;
-}
 
 std::vector<int64_t> dense_order_of(const std::vector<int64_t>& stride) {
   std::vector<int64_t> order(stride.size());
@@ -214,15 +81,64 @@ void plan_epilogue(Program& p) {
   p.aliases_in_order.insert(p.aliases_in_order.end(), dependent.begin(), dependent.end());
 }
 
-}  // namespace
-
-Program::~Program() {
-  loader.reset();  // its own extraction directory first, then ours
-  if (!workdir.empty()) {
-    std::error_code ignored;
-    fs::remove_all(workdir, ignored);
+// The backward graph's inputs (saved activations, tangents, constants) and where each of
+// its gradients goes (runtime/autograd_fn.py's TrainingGraphs.build).
+void plan_backward(Program& p, const BundleData& b, std::map<std::string, size_t>& constant_index, ModuleState& state) {
+  const GraphSignature& fw = b.graphs.at("forward");
+  auto position = [](const std::vector<Slot>& slots, const std::string& name) -> std::optional<size_t> {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].name == name) return i;
+    }
+    return std::nullopt;
+  };
+  std::map<std::string, size_t> tangent_of;
+  for (const Slot& s : p.sig->inputs) {
+    if (s.role == "saved") {
+      p.sources.push_back({Source::kSaved, static_cast<size_t>(s.index.value_or(0))});
+    } else if (s.role == "tangent") {
+      auto out = position(fw.outputs, s.target.value_or(""));
+      if (!out || fw.outputs[*out].role != "user_output") {
+        throw BundleError("Bundle '" + b.path + "': the backward graph takes a gradient for '" + s.target.value_or("") +
+                          "', which is not an output of the forward graph the C++ runtime can give it.");
+      }
+      tangent_of[s.name] = p.tangent_outputs.size();
+      p.sources.push_back({Source::kTangent, p.tangent_outputs.size()});
+      p.tangent_outputs.push_back(*out);
+    } else if (s.role == "constant") {
+      std::string target = s.target.value_or("");
+      auto it = state.state_index.find(target);
+      if (it == state.state_index.end()) {
+        throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target +
+                          "' is missing; the backward graph takes it as a constant.");
+      }
+      if (!constant_index.count(target)) {
+        constant_index[target] = state.constants.size();
+        state.constants.emplace_back(target, state.state[it->second].second);
+      }
+      p.sources.push_back({Source::kConstant, constant_index[target]});
+    } else {
+      throw BundleError("Bundle '" + b.path + "': the backward graph's input '" + s.name + "' has role '" + s.role +
+                        "', which the C++ runtime does not feed.");
+    }
+  }
+  for (const Slot& s : p.sig->outputs) {
+    auto target = position(fw.inputs, s.name.substr(std::min(s.name.size(), std::string("grad:").size())));
+    if (!target) throw BundleError("Bundle '" + b.path + "': the backward graph's output '" + s.name + "' is the gradient of no input.");
+    p.grad_targets.push_back(*target);
+    auto reached = p.sig->reached_from.find(s.name);
+    if (reached == p.sig->reached_from.end()) {
+      p.reached_from.push_back(std::nullopt);
+      continue;
+    }
+    std::vector<size_t> tangents;
+    for (const std::string& t : reached->second) {
+      if (tangent_of.count(t)) tangents.push_back(tangent_of[t]);
+    }
+    p.reached_from.push_back(tangents);
   }
 }
+
+}  // namespace
 
 std::string describe_shape(at::IntArrayRef shape) {
   std::string out = "(";
@@ -255,6 +171,12 @@ Module Bundle::load(c10::Device device) const {
     auto p = std::make_unique<Program>();
     p->kind = kind;
     p->sig = &b.graphs.at(kind);
+    if (kind == "backward") {
+      plan_backward(*p, b, constant_index, *state);
+      attach_package(*p, b, device);
+      state->programs[kind] = std::move(p);
+      continue;
+    }
     p->meta = &b.programs.at(kind);
     for (size_t i = 0; i < p->sig->inputs.size(); ++i) {
       const Slot& s = p->sig->inputs[i];
@@ -302,54 +224,7 @@ Module Bundle::load(c10::Device device) const {
     plan_epilogue(*p);
     for (const OutputPlan& plan : p->outputs) p->output_names.push_back(p->sig->outputs[plan.output].name);
 
-    // the compiled package, loaded only after its members and hash check out
-    std::string type = device.is_cuda() ? "cuda" : "cpu";
-    std::string rel = "compiled/" + type + "/" + kind + ".pt2";
-    const FileEntry* entry = b.file(rel);
-    if (entry == nullptr) {
-      std::set<std::string> have;
-      for (const FileEntry& e : b.files) {
-        if (e.kind == "compiled" && e.device) have.insert(*e.device);
-      }
-      std::string list;
-      for (const auto& d : have) list += (list.empty() ? "" : ", ") + d;
-      throw BundleError("Bundle '" + b.path + "' has no compiled " + kind + " graph for " + type +
-                        (have.empty() ? "; it has no compiled artifacts." : "; it has compiled artifacts for " + list + ".") +
-                        " Run: aotc compile " + b.path + " --device " + type);
-    }
-    check_fingerprint(*entry, device, "'" + rel + "' in bundle '" + b.path + "'");
-    fs::path path = fs::path(b.path) / rel;
-    detail::check_compiled_package(path);
-    if (detail::sha256_file(path) != entry->sha256) {
-      throw BundleError("Bundle '" + b.path + "': " + rel + " has sha256 " + detail::sha256_file(path).substr(0, 12) +
-                        "..., the manifest says " + entry->sha256.substr(0, 12) + ".... The file was modified; export the bundle again.");
-    }
-    p->loader = load_package(path, device, p->workdir);
-    auto build = [&](const char* k) { return entry->build.count(k) ? entry->build.at(k) : std::string(); };
-    if (build("frozen") == "true" || build("weights") == "folded") {
-      p->takes_all = false;
-      for (size_t i = 0; i < p->sig->inputs.size(); ++i) {
-        const std::string& role = p->sig->inputs[i].role;
-        if (role != "parameter" && role != "buffer" && role != "constant") p->package_inputs.push_back(i);
-      }
-    }
-    if (build("weights") == "folded") {
-      std::string where = "'" + path.string() + "' (data/aotc/weight_fold.json)";
-      auto program = detail::read_archive_member(path, "data/aotc/weight_fold.json");
-      if (!program) {
-        throw BundleError("'" + path.string() + "' was compiled without its weights but has no data/aotc/weight_fold.json "
-                          "to fold them; compile the bundle again.");
-      }
-      detail::json parsed;
-      try {
-        parsed = detail::json::parse(*program);
-      } catch (const detail::json::exception& e) {
-        throw BundleError(where + " is not valid JSON (" + e.what() + ").");
-      }
-      p->fold = std::make_unique<detail::FoldedConstants>(parsed, p->loader->get_constant_fqns(), where);
-    } else if (build("updates") == "in_place") {
-      p->updates = in_place_plan(b, *p->sig, *p->meta);
-    }
+    attach_package(*p, b, device);
     state->programs[kind] = std::move(p);
   }
   if (b.optimizer) {

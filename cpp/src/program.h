@@ -14,8 +14,10 @@ namespace aotc {
 
 // Where a graph input comes from.
 struct Source {
-  enum Kind { kState, kUser, kOptimizerState, kHyperparameter, kConstant } kind;
-  size_t index;  // into ModuleState::state, the flat user inputs, optimizer_state, hyper_names, constants
+  enum Kind { kState, kUser, kOptimizerState, kHyperparameter, kConstant, kSaved, kTangent } kind;
+  // into ModuleState::state, the flat user inputs, optimizer_state, hyper_names, constants;
+  // a backward graph's: the forward's saved activations, the tangents in backward's order
+  size_t index;
 };
 
 // A mutated input the epilogue writes back (aotc/runtime/epilogue.py's Mutation).
@@ -53,6 +55,11 @@ struct Program {
   std::vector<std::vector<int64_t>> dense_order;
   std::vector<bool> row_major;  // dense_order is 0, 1, ..., n-1
   std::vector<std::string> output_names;
+  // a backward graph's: per tangent, the forward output it is the gradient of; per
+  // gradient output, the forward input it belongs to and the tangents that reach it in eager
+  std::vector<size_t> tangent_outputs;
+  std::vector<size_t> grad_targets;
+  std::vector<std::optional<std::vector<size_t>>> reached_from;
   std::vector<Mutation> mutations;
   std::vector<OutputPlan> outputs;
   std::vector<size_t> plain_outputs;     // user outputs taken as the graph returns them
@@ -88,6 +95,13 @@ struct ModuleState {
   std::map<std::string, double> hyper_values;
   std::vector<at::Tensor> hyper_tensors;  // 0-d float64, remade when a value changes
   bool hyper_stale = true;
+  // a forward+backward bundle: what the last forward left for backward
+  std::vector<at::Tensor> saved, visible;  // its saved activations; its outputs (for zero gradients)
+  bool backward_pending = false;
+
+  // Keep what the backward graph needs from a forward call's outputs, before the epilogue
+  // mutates the inputs (an activation saved from a mutated input is copied first).
+  void stash_for_backward(const Program& forward, const std::vector<at::Tensor>& args, const std::vector<at::Tensor>& outs);
 
   // The full graph input list of `p` for the flat user inputs (checked already).
   std::vector<at::Tensor> graph_inputs(Program& p, const std::vector<at::Tensor>& flat);
@@ -103,6 +117,10 @@ struct ModuleState {
 };
 
 std::string describe_shape(at::IntArrayRef shape);
+
+// package.cpp: load the compiled package of `program` for `device` into it (BundleError when
+// the bundle has none for the device, or it was built for another machine or changed).
+void attach_package(Program& program, const BundleData& b, const c10::Device& device);
 
 // A module's state, for tools in this repo that time its parts (aotc-run --bench).
 struct ModuleAccess {

@@ -6,20 +6,29 @@ namespace aotc {
 
 std::string BundleData::cpp_refusal(const std::string& kind) const {
   if (generation) return "a generation bundle: its decoding loop and KV cache run in Python (aotc generate)";
-  if (kind == "forward" || kind == "backward") {
-    return "forward+backward graphs run inside Python autograd; from C++, export a joint graph (aotc export --joint)";
-  }
-  if (kind != "inference" && kind != "joint") return "a " + kind + " graph";
+  if (kind != "inference" && kind != "joint" && kind != "forward" && kind != "backward") return "a " + kind + " graph";
   if (subclasses) return "tensor subclasses, which only trusted Python classes rebuild";
   if (!ambient_refusals.empty()) return "captured under " + ambient_refusals[0] + ", which the C++ runtime does not set";
   for (const std::string& k : user_input_kinds) {
     if (k != "tensor") return "an int input, which the Python runtime turns into a tensor";
   }
-  auto program = programs.find(kind);
+  // a backward graph is described by its forward's metadata
+  auto program = programs.find(kind == "backward" ? "forward" : kind);
   if (program == programs.end()) return "no metadata for the " + kind + " graph";
   if (program->second.aliased_input_groups) return "inputs captured as views of one tensor (a synthetic base)";
   for (const OutputMeta& o : program->second.outputs) {
     if (o.not_a_tensor) return "outputs that are not tensors (constants or Python numbers)";
+    if (o.output_type == "custom_function_view") return "outputs of custom autograd.Functions that view an input";
+  }
+  auto backward = graphs.find("backward");
+  if ((kind == "forward" || kind == "backward") && backward != graphs.end()) {
+    const GraphSignature& fw = graphs.at("forward");
+    for (const Slot& s : backward->second.inputs) {
+      if (s.role != "tangent") continue;
+      bool user_output = false;
+      for (const Slot& o : fw.outputs) user_output |= o.name == s.target && o.role == "user_output";
+      if (!user_output) return "a gradient for an input the forward mutates in place, which C++ callers cannot give";
+    }
   }
   return "";
 }

@@ -33,11 +33,14 @@ const char* kUsage =
     "  --inputs FILE          the user inputs, one tensor per input name (inference)\n"
     "  --output FILE          outputs by name, and 'after:NAME' for each input the call mutated;\n"
     "                         with --train-steps, the trained parameters and buffers\n"
+    "  --backward FILE        a forward+backward bundle: after the call, run backward with these\n"
+    "                         gradients (by output name) and write 'grad:NAME' of the parameters\n"
+    "                         and inputs to --output\n"
     "  --train-steps N        run N train_steps of a joint bundle\n"
     "  --data FILE            per input name, the batches stacked on a new first dim (step k takes k mod count)\n"
     "  --lr X                 the optimizer's learning rate for every step (joint bundles with --optimizer)\n"
-    "  --seed S               seed the random generator with S + k before step k (dropout), as\n"
-    "                         torch.manual_seed(S + k) would\n"
+    "  --seed S               seed the random generator with S (dropout), as torch.manual_seed(S)\n"
+    "                         would; with --train-steps, with S + k before step k\n"
     "  --optimizer-state FILE load the optimizer's state from FILE, and save it there after training\n"
     "  --device DEVICE        cpu (default) or cuda[:N]\n"
     "  --public-key PEM       require a signature by this key (repeatable; default: AOTC_PUBLIC_KEYS)\n"
@@ -47,7 +50,7 @@ const char* kUsage =
     "  --help                 show this message\n";
 
 struct Options {
-  std::string bundle, inputs, output, data, optimizer_state, device = "cpu";
+  std::string bundle, inputs, output, data, optimizer_state, backward, device = "cpu";
   std::vector<std::string> keys;
   bool keys_given = false, json = false, check = false;
   int train_steps = 0, bench = 0;
@@ -84,6 +87,8 @@ Options parse(int argc, char** argv) {
       o.inputs = value();
     } else if (a == "--output") {
       o.output = value();
+    } else if (a == "--backward") {
+      o.backward = value();
     } else if (a == "--data") {
       o.data = value();
     } else if (a == "--optimizer-state") {
@@ -247,6 +252,7 @@ int run(const Options& o) {
     if (!o.optimizer_state.empty()) module.save_optimizer_state(o.optimizer_state);
   } else {
     auto inputs = inputs_from(o.inputs, bundle.input_names(), device, std::nullopt);
+    if (o.seed) at::manual_seed(static_cast<uint64_t>(*o.seed));
     start = Clock::now();
     aotc::Outputs out = module.forward(inputs);
     summary["run_seconds"] = seconds_since(start);
@@ -261,6 +267,19 @@ int run(const Options& o) {
     for (size_t i = 0; i < names.size(); ++i) {
       if (!at::equal(given[i], inputs[i]) || given[i].sizes() != inputs[i].sizes()) {
         written.emplace_back("after:" + names[i], inputs[i]);  // the call mutated this input
+      }
+    }
+    if (!o.backward.empty()) {
+      std::map<std::string, at::Tensor> given;
+      for (auto& [name, t] : aotc::detail::read_safetensors(o.backward)) given[name] = t.to(device);
+      std::vector<at::Tensor> grads;
+      for (const std::string& name : out.names) grads.push_back(given.count(name) ? given[name] : at::Tensor());
+      std::vector<at::Tensor> input_grads = module.backward(grads);
+      for (const auto& [name, t] : module.named_state()) {
+        if (module.grad(name).defined()) written.emplace_back("grad:" + name, module.grad(name));
+      }
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (input_grads[i].defined()) written.emplace_back("grad:" + names[i], input_grads[i]);
       }
     }
     if (!o.output.empty()) aotc::detail::write_safetensors(o.output, written);

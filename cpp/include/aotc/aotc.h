@@ -85,6 +85,14 @@ class Module {
   // gradients accumulate into grad(name), as loss.backward() would.
   at::Tensor train_step(const std::vector<at::Tensor>& inputs);
 
+  // A forward+backward bundle: forward() runs the forward graph (train mode: BatchNorm's
+  // batch statistics, dropout) and keeps its saved activations; backward() takes one
+  // gradient per output (undefined for an output without one, as a None grad) and runs the
+  // backward graph: the parameters' gradients accumulate into grad(name), as
+  // loss.backward() leaves .grad; the user inputs' gradients are returned (undefined where
+  // an input takes none). Each forward serves one backward.
+  std::vector<at::Tensor> backward(const std::vector<at::Tensor>& grad_outputs);
+
   // Parameters and buffers by fully qualified name, as weights.safetensors names them.
   const std::vector<std::pair<std::string, at::Tensor>>& named_state() const;
   at::Tensor get(const std::string& name) const;

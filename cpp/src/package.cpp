@@ -1,0 +1,210 @@
+// A graph's compiled package: found for the device, its build fingerprint checked against
+// this machine (aotc/bundle/fingerprint.py), its archive members and hash checked once more,
+// then loaded; and how the runtime calls it (weights folded or frozen in, updates in place).
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include <torch/headeronly/version.h>
+
+#include "program.h"
+
+namespace aotc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string this_torch() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+std::set<std::string> cpu_flags() {
+  std::set<std::string> flags;
+  std::istringstream text(detail::read_file("/proc/cpuinfo"));
+  for (std::string line; std::getline(text, line);) {
+    if (line.rfind("flags", 0) == 0 || line.rfind("Features", 0) == 0) {
+      std::istringstream words(line.substr(line.find(':') + 1));
+      for (std::string w; words >> w;) flags.insert(w);
+      break;
+    }
+  }
+  return flags;
+}
+
+// aotc/bundle/fingerprint.py's check_fingerprint
+void check_fingerprint(const FileEntry& entry, const c10::Device& device, const std::string& what) {
+  if (!entry.has_build) throw BundleError(what + " records no build fingerprint; compile the bundle again with aotc compile.");
+  const auto& fp = entry.build;
+  auto at = [&](const char* k) { return fp.count(k) ? fp.at(k) : std::string("None"); };
+  std::string recorded = at("torch");
+  if (recorded.substr(0, recorded.find('+')) != this_torch()) {
+    throw BundleError(what + " was built for torch " + recorded + ", this is torch " + this_torch() +
+                      ". Compile the bundle again (aotc compile BUNDLE), or use backend='fx'.");
+  }
+  std::string type = device.is_cuda() ? "cuda" : "cpu";
+  if (at("device") != type) throw BundleError(what + " was built for " + at("device") + ", not " + type + ".");
+  if (device.is_cpu() && fp.count("cpu_flags")) {
+    std::set<std::string> have = cpu_flags();
+    std::vector<std::string> missing;
+    std::istringstream needed(fp.at("cpu_flags"));
+    for (std::string f; std::getline(needed, f, ',');) {
+      if (!f.empty() && !have.empty() && !have.count(f)) missing.push_back(f);
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (const auto& f : missing) list += (list.empty() ? "" : ", ") + f;
+      throw BundleError(what + " was built for CPU instruction set " + at("cpu_isa") + ", but this CPU lacks " + list +
+                        ". Compile the bundle on this machine, or use backend='fx'.");
+    }
+  }
+}
+
+// The loader extracts the package under $TMPDIR and leaves it there when loading fails:
+// point $TMPDIR at a directory of our own meanwhile, removed when the program goes.
+std::mutex tmpdir_lock;
+
+std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const fs::path& path, const c10::Device& device,
+                                                                      std::string& workdir) {
+  fs::path base = fs::temp_directory_path();
+  std::string pattern = (base / "aotc-load-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) throw BundleError("cannot make a directory under " + base.string());
+  workdir = pattern;
+  std::lock_guard<std::mutex> hold(tmpdir_lock);
+  const char* previous = std::getenv("TMPDIR");
+  std::string saved = previous ? previous : "";
+  setenv("TMPDIR", workdir.c_str(), 1);
+  try {
+    auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path.string(), "model", false, 1, device.has_index() ? device.index() : -1);
+    previous ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
+    return loader;
+  } catch (const std::exception& e) {
+    previous ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
+    fs::remove_all(workdir);
+    std::string first = e.what();
+    first = first.substr(0, first.find('\n'));
+    throw BundleError("'" + path.string() + "' could not be loaded as an AOTInductor package (" + first + ").");
+  }
+}
+
+// exporters/aoti_updates.py's plan(): what of the joint graph's outputs the package
+// compiled "in place" writes into its inputs instead of returning.
+InPlaceUpdates in_place_plan(const BundleData& b, const GraphSignature& sig, const ProgramMeta& meta) {
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> slots;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) slots[{sig.inputs[i].role, sig.inputs[i].target.value_or("")}].push_back(i);
+  auto single = [&](const std::string& role, const std::string& target) -> std::optional<size_t> {
+    auto it = slots.find({role, target});
+    if (it == slots.end() || it->second.size() != 1) return std::nullopt;  // tied: one tensor for two inputs
+    return it->second[0];
+  };
+  InPlaceUpdates u;
+  u.num_outputs = sig.outputs.size();
+  std::set<size_t> gone;
+  for (size_t o = 0; o < sig.outputs.size(); ++o) {
+    const Slot& s = sig.outputs[o];
+    std::string target = s.target.value_or("");
+    std::optional<size_t> i;
+    if (s.role == "updated_parameter") {
+      i = single("parameter", target);
+    } else if (s.role == "optimizer_state") {
+      i = single("optimizer_state", target);
+    } else if (s.role == "input_mutation") {
+      std::string name = s.name.substr(std::string("mutated:").size());
+      for (size_t k = 0; k < meta.inputs.size(); ++k) {
+        const InputMeta& info = meta.inputs[k];
+        if (sig.inputs[k].name == name && info.kind == "buffer" && info.mutates_data && !info.mutates_metadata) {
+          i = single(sig.inputs[k].role, sig.inputs[k].target.value_or(""));
+        }
+      }
+    }
+    if (i) {
+      u.writes.emplace_back(o, *i);
+      gone.insert(o);
+    }
+  }
+  if (b.optimizer) {  // the graph's optimizer took the parameters' gradients: not returned
+    std::set<std::string> updated;
+    for (const Slot& s : sig.outputs) {
+      if (s.role == "updated_parameter") updated.insert(s.target.value_or(""));
+    }
+    for (size_t o = 0; o < sig.outputs.size(); ++o) {
+      const Slot& s = sig.outputs[o];
+      if (s.role != "gradient") continue;
+      std::string name = s.name.substr(std::string("grad:").size());
+      for (const Slot& in : sig.inputs) {
+        if (in.name == name && in.role == "parameter" && updated.count(in.target.value_or(""))) gone.insert(o);
+      }
+    }
+  }
+  for (size_t o = 0; o < u.num_outputs; ++o) {
+    if (!gone.count(o)) u.kept.push_back(o);
+  }
+  return u;
+}
+
+}  // namespace
+
+Program::~Program() {
+  loader.reset();  // its own extraction directory first, then ours
+  if (!workdir.empty()) {
+    std::error_code ignored;
+    fs::remove_all(workdir, ignored);
+  }
+}
+
+void attach_package(Program& program, const BundleData& b, const c10::Device& device) {
+  Program* p = &program;
+  const std::string& kind = p->kind;
+    // the compiled package, loaded only after its members and hash check out
+    std::string type = device.is_cuda() ? "cuda" : "cpu";
+    std::string rel = "compiled/" + type + "/" + kind + ".pt2";
+    const FileEntry* entry = b.file(rel);
+    if (entry == nullptr) {
+      std::set<std::string> have;
+      for (const FileEntry& e : b.files) {
+        if (e.kind == "compiled" && e.device) have.insert(*e.device);
+      }
+      std::string list;
+      for (const auto& d : have) list += (list.empty() ? "" : ", ") + d;
+      throw BundleError("Bundle '" + b.path + "' has no compiled " + kind + " graph for " + type +
+                        (have.empty() ? "; it has no compiled artifacts." : "; it has compiled artifacts for " + list + ".") +
+                        " Run: aotc compile " + b.path + " --device " + type);
+    }
+    check_fingerprint(*entry, device, "'" + rel + "' in bundle '" + b.path + "'");
+    fs::path path = fs::path(b.path) / rel;
+    detail::check_compiled_package(path);
+    if (detail::sha256_file(path) != entry->sha256) {
+      throw BundleError("Bundle '" + b.path + "': " + rel + " has sha256 " + detail::sha256_file(path).substr(0, 12) +
+                        "..., the manifest says " + entry->sha256.substr(0, 12) + ".... The file was modified; export the bundle again.");
+    }
+    p->loader = load_package(path, device, p->workdir);
+    auto build = [&](const char* k) { return entry->build.count(k) ? entry->build.at(k) : std::string(); };
+    if (build("frozen") == "true" || build("weights") == "folded") {
+      p->takes_all = false;
+      for (size_t i = 0; i < p->sig->inputs.size(); ++i) {
+        const std::string& role = p->sig->inputs[i].role;
+        if (role != "parameter" && role != "buffer" && role != "constant") p->package_inputs.push_back(i);
+      }
+    }
+    if (build("weights") == "folded") {
+      std::string where = "'" + path.string() + "' (data/aotc/weight_fold.json)";
+      auto program = detail::read_archive_member(path, "data/aotc/weight_fold.json");
+      if (!program) {
+        throw BundleError("'" + path.string() + "' was compiled without its weights but has no data/aotc/weight_fold.json "
+                          "to fold them; compile the bundle again.");
+      }
+      detail::json parsed;
+      try {
+        parsed = detail::json::parse(*program);
+      } catch (const detail::json::exception& e) {
+        throw BundleError(where + " is not valid JSON (" + e.what() + ").");
+      }
+      p->fold = std::make_unique<detail::FoldedConstants>(parsed, p->loader->get_constant_fqns(), where);
+    } else if (build("updates") == "in_place") {
+      p->updates = in_place_plan(b, *p->sig, *p->meta);
+    }
+}
+
+}  // namespace aotc
