@@ -238,7 +238,7 @@ std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& ar
       }
       if (!same) {
         p.folded = p.fold->run(args);
-        p.loader->load_constants(p.folded, false, true, true, false);
+        p.loader->load_constants(p.folded, false, true, true);  // (use_inactive, check_full_update, user_managed)
         p.fold_seen.clear();
         for (int64_t i : p.fold->reads()) p.fold_seen.emplace_back(args[i].unsafeGetTensorImpl(), args[i]._version());
       }

@@ -5,7 +5,11 @@
 #include <mutex>
 #include <set>
 
+#if __has_include(<torch/headeronly/version.h>)
 #include <torch/headeronly/version.h>
+#else
+#include <torch/version.h>
+#endif
 
 #include "program.h"
 
