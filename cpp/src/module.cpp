@@ -2,6 +2,8 @@
 // once from the metadata, and its package loaded (package.cpp).
 #include <set>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include "program.h"
 
 namespace aotc {
@@ -152,6 +154,14 @@ Module Bundle::load(c10::Device device) const {
     throw DeviceError("device '" + device.str() + "' is not available here: this libtorch has no CUDA, or no GPU is present.");
   }
   if (!device.is_cpu() && !device.is_cuda()) throw DeviceError("device '" + device.str() + "' is not supported; use cpu or cuda.");
+  if (device.is_cuda()) {
+    // "cuda" is the first GPU, as tensors made for it say: cuda:0
+    if (!device.has_index()) device = c10::Device(c10::kCUDA, 0);
+    if (device.index() >= at::detail::getCUDAHooks().deviceCount()) {
+      throw DeviceError("device '" + device.str() + "' is not present: this machine has " +
+                        std::to_string(at::detail::getCUDAHooks().deviceCount()) + " GPU(s).");
+    }
+  }
   auto state = std::make_shared<ModuleState>();
   state->bundle = data_;
   state->device = device;
