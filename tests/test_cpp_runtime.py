@@ -394,3 +394,33 @@ def test_inspect_says_which_graphs_run_from_cpp(inference_bundles, sample_bundle
     facts = json.loads(invoke("inspect", sample_bundles[("mlp", "autograd")][0], "--json").stdout)["cpp"]
     assert facts["forward"]["refused"] == "" and facts["forward"]["runs"] == (facts["forward"]["devices"] == ["cpu"])
 
+
+
+# --- random corruptions ------------------------------------------------------------------
+
+CPP_FUZZ_TRIALS = int(os.environ.get("AOTC_CPP_FUZZ_TRIALS", "80"))
+
+
+def test_random_corruptions_end_in_named_errors(inference_bundles, tmp_path):
+    """tests/fuzz.py's corruptions (half of them re-hashed, to reach the deeper parsers) of
+    a weights-as-inputs bundle (mlp) and a folded one (cnn), through aotc-run: each run
+    ends in results or a named error (exit 0 or 1), never aotc's internal error (2), a
+    crash or a hang."""
+    import random
+
+    from fuzz import corrupt
+
+    rng = random.Random(int(os.environ.get("AOTC_CPP_FUZZ_SEED", "20261126")))
+    for name in ("mlp", "cnn"):
+        save_file({n: a.contiguous() for n, a in zip(names_of(inference_bundles[name]), fresh_sample(name).args)},
+                  tmp_path / f"{name}.in")
+    bad = []
+    for trial in range(CPP_FUZZ_TRIALS):
+        name = ("mlp", "cnn")[trial % 2]
+        bundle = shutil.copytree(inference_bundles[name], tmp_path / f"t{trial}")
+        corruption = corrupt(bundle, tmp_path / "outside", rng)
+        result = aotc_run(bundle, "--inputs", tmp_path / f"{name}.in", "--output", tmp_path / "out.safetensors")
+        if result.returncode not in (0, 1) or (result.returncode == 1 and not result.stderr.startswith("Error: ")):
+            bad.append(f"trial {trial} ({name}, {corruption}): exit {result.returncode}: {result.stderr.strip()[-300:]}")
+        shutil.rmtree(bundle)
+    assert not bad, "\n".join(bad[:5])

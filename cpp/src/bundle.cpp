@@ -26,8 +26,12 @@ json read_json(const fs::path& path, const std::string& where) {
   if (fs::file_size(path) > kMaxJsonBytes) {
     throw BundleError(where + ": " + std::to_string(fs::file_size(path)) + " bytes is more JSON than aotc reads.");
   }
+  std::string text = detail::read_file(path);
+  if (detail::json_nested_too_deeply(text.data(), text.data() + text.size())) {
+    throw BundleError(where + " is not valid JSON (nested too deeply).");
+  }
   try {
-    return json::parse(detail::read_file(path));
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw BundleError(where + " is not valid JSON (" + e.what() + ").");
   }

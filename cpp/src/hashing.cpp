@@ -1,4 +1,4 @@
-// sha256 of files and strings (OpenSSL), and whole-file reads.
+// sha256 of files and strings (OpenSSL), whole-file reads, and JSON's nesting depth.
 #include <fstream>
 #include <memory>
 
@@ -51,6 +51,29 @@ std::string sha256_bytes(const std::string& bytes) {
   Digest ctx = new_digest();
   EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size());
   return hex_of(ctx.get());
+}
+
+bool json_nested_too_deeply(const char* begin, const char* end) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char* c = begin; c != end; ++c) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (*c == '\\') {
+        escaped = true;
+      } else if (*c == '"') {
+        in_string = false;
+      }
+    } else if (*c == '"') {
+      in_string = true;
+    } else if (*c == '[' || *c == '{') {
+      if (++depth > 1000) return true;
+    } else if (*c == ']' || *c == '}') {
+      --depth;
+    }
+  }
+  return false;
 }
 
 std::string read_file(const fs::path& path) {

@@ -23,6 +23,11 @@ std::string sha256_bytes(const std::string& bytes);
 // a file's bytes (BundleError naming it when it cannot be read)
 std::string read_file(const fs::path& path);
 
+// hashing.cpp: whether JSON text nests deeper than Python's parser follows (1000 levels);
+// such text is refused before parsing ("nested too deeply"), as a deep one would exhaust
+// the stack of a recursive walk.
+bool json_nested_too_deeply(const char* begin, const char* end);
+
 // signature.cpp: the trust policy of aotc/bundle/signing.py.
 // The public keys configured: `given` when set (an empty list asks for no signature),
 // else the paths AOTC_PUBLIC_KEYS lists (separated by ':'); each checked to be an

@@ -72,6 +72,9 @@ json parse_json(const std::string& text) {
                                 ": line " + std::to_string(line) + " column " + std::to_string(column) + " (char " +
                                 std::to_string(chars) + ")");
   }
+  if (json_nested_too_deeply(text.data(), text.data() + text.size())) {
+    fail("RecursionError", "maximum recursion depth exceeded while decoding a JSON array from a unicode string");
+  }
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

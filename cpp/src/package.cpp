@@ -200,6 +200,9 @@ void attach_package(Program& program, const BundleData& b, const c10::Device& de
                           "to fold them; compile the bundle again.");
       }
       detail::json parsed;
+      if (detail::json_nested_too_deeply(program->data(), program->data() + program->size())) {
+        throw BundleError(where + " is not valid JSON (nested too deeply).");
+      }
       try {
         parsed = detail::json::parse(*program);
       } catch (const detail::json::exception& e) {

@@ -80,6 +80,7 @@ NamedTensors read_safetensors(const fs::path& path) {
                       std::to_string(size - 8) + " after it.");
   }
   json header;
+  if (json_nested_too_deeply(bytes + 8, bytes + 8 + length)) throw BundleError(p + " header is not valid JSON (nested too deeply).");
   try {
     header = json::parse(bytes + 8, bytes + 8 + length);
   } catch (const json::exception& e) {

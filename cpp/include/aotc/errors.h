@@ -8,10 +8,33 @@
 
 namespace aotc {
 
+// `text` as valid UTF-8: a byte outside a well-formed sequence (a damaged file's, quoted
+// by a parser) is written \xNN, so that a message can always be printed and parsed.
+inline std::string valid_utf8(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    size_t length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xe ? 3 : (byte >> 3) == 0x1e ? 4 : 0;
+    bool whole = length > 0 && i + length <= text.size();
+    for (size_t k = 1; whole && k < length; ++k) whole = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    if (whole) {
+      out.append(text, i, length);
+      i += length;
+    } else {
+      static const char* digits = "0123456789abcdef";
+      out += "\\x";
+      out += digits[byte >> 4];
+      out += digits[byte & 15];
+      ++i;
+    }
+  }
+  return out;
+}
+
 // Base class: a problem with the user's input or bundle, not a bug in aotc.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(valid_utf8(message)) {}
   virtual const char* name() const noexcept { return "AotcError"; }
 };
 
