@@ -167,7 +167,7 @@ std::vector<at::Tensor> inputs_from(const std::string& file, const std::vector<s
 }
 
 json tensor_json(const at::Tensor& t) {
-  return {{"shape", t.sizes().vec()}, {"dtype", c10::toString(t.scalar_type())}};
+  return {{"shape", t.sizes().vec()}, {"dtype", aotc::dtype_name(t.scalar_type())}};
 }
 
 double median(std::vector<double> v) {
