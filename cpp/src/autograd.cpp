@@ -83,7 +83,7 @@ std::vector<at::Tensor> Module::backward(const std::vector<at::Tensor>& grad_out
     args.push_back(src.kind == Source::kSaved ? s.saved.at(src.index)
                    : src.kind == Source::kTangent ? tangents[src.index] : s.constants[src.index].second);
   }
-  std::vector<at::Tensor> outs = s.run(p, args, {});
+  std::vector<at::Tensor> outs = s.run(p, args);
   s.saved.clear();
   s.visible.clear();
   s.backward_pending = false;

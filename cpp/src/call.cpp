@@ -216,6 +216,8 @@ std::vector<at::Tensor> ModuleState::graph_inputs(Program& p, const std::vector<
       case Source::kOptimizerState: args.push_back(optimizer_state[s.index].second); break;
       case Source::kHyperparameter: args.push_back(hyper_tensors[s.index]); break;
       case Source::kConstant: args.push_back(constants[s.index].second); break;
+      case Source::kSaved:
+      case Source::kTangent: throw std::logic_error("a backward graph's inputs come from Module::backward");
     }
   }
   return args;
@@ -228,7 +230,7 @@ std::string ModuleState::run_failure(const std::string& kind, const std::string&
   return "the " + kind + " graph of '" + bundle->path + "' failed at run time: RuntimeError: " + first + ".";
 }
 
-std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& args, const std::vector<at::Tensor>& flat) {
+std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& args) {
   try {
     if (p.fold) {  // run the fold program again when a weight it reads changed or was replaced
       bool same = p.fold_seen.size() == p.fold->reads().size();
@@ -344,7 +346,7 @@ Outputs Module::forward(const std::vector<at::Tensor>& inputs) {
   s.check_aliasing(p, inputs);
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> args = s.graph_inputs(p, inputs);
-  std::vector<at::Tensor> outs = s.run(p, args, inputs);
+  std::vector<at::Tensor> outs = s.run(p, args);
   if (p.kind == "forward") s.stash_for_backward(p, args, outs);
   Outputs out;
   out.values = s.epilogue(p, args, outs, inputs);

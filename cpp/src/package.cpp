@@ -159,8 +159,7 @@ Program::~Program() {
 }
 
 void attach_package(Program& program, const BundleData& b, const c10::Device& device) {
-  Program* p = &program;
-  const std::string& kind = p->kind;
+  const std::string& kind = program.kind;
     // the compiled package, loaded only after its members and hash check out
     std::string type = device.is_cuda() ? "cuda" : "cpu";
     std::string rel = "compiled/" + type + "/" + kind + ".pt2";
@@ -183,34 +182,34 @@ void attach_package(Program& program, const BundleData& b, const c10::Device& de
       throw BundleError("Bundle '" + b.path + "': " + rel + " has sha256 " + detail::sha256_file(path).substr(0, 12) +
                         "..., the manifest says " + entry->sha256.substr(0, 12) + ".... The file was modified; export the bundle again.");
     }
-    p->loader = load_package(path, device, p->workdir);
+    program.loader = load_package(path, device, program.workdir);
     auto build = [&](const char* k) { return entry->build.count(k) ? entry->build.at(k) : std::string(); };
     if (build("frozen") == "true" || build("weights") == "folded") {
-      p->takes_all = false;
-      for (size_t i = 0; i < p->sig->inputs.size(); ++i) {
-        const std::string& role = p->sig->inputs[i].role;
-        if (role != "parameter" && role != "buffer" && role != "constant") p->package_inputs.push_back(i);
+      program.takes_all = false;
+      for (size_t i = 0; i < program.sig->inputs.size(); ++i) {
+        const std::string& role = program.sig->inputs[i].role;
+        if (role != "parameter" && role != "buffer" && role != "constant") program.package_inputs.push_back(i);
       }
     }
     if (build("weights") == "folded") {
       std::string where = "'" + path.string() + "' (data/aotc/weight_fold.json)";
-      auto program = detail::read_archive_member(path, "data/aotc/weight_fold.json");
-      if (!program) {
+      auto text = detail::read_archive_member(path, "data/aotc/weight_fold.json");
+      if (!text) {
         throw BundleError("'" + path.string() + "' was compiled without its weights but has no data/aotc/weight_fold.json "
                           "to fold them; compile the bundle again.");
       }
       detail::json parsed;
-      if (detail::json_nested_too_deeply(program->data(), program->data() + program->size())) {
+      if (detail::json_nested_too_deeply(text->data(), text->data() + text->size())) {
         throw BundleError(where + " is not valid JSON (nested too deeply).");
       }
       try {
-        parsed = detail::json::parse(*program);
+        parsed = detail::json::parse(*text);
       } catch (const detail::json::exception& e) {
         throw BundleError(where + " is not valid JSON (" + e.what() + ").");
       }
-      p->fold = std::make_unique<detail::FoldedConstants>(parsed, p->loader->get_constant_fqns(), where);
+      program.fold = std::make_unique<detail::FoldedConstants>(parsed, program.loader->get_constant_fqns(), where);
     } else if (build("updates") == "in_place") {
-      p->updates = in_place_plan(b, *p->sig, *p->meta);
+      program.updates = in_place_plan(b, *program.sig, *program.meta);
     }
 }
 

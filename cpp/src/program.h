@@ -106,7 +106,7 @@ struct ModuleState {
   // The full graph input list of `p` for the flat user inputs (checked already).
   std::vector<at::Tensor> graph_inputs(Program& p, const std::vector<at::Tensor>& flat);
   // Run the package: the full graph's outputs (inputs where it wrote new values in place).
-  std::vector<at::Tensor> run(Program& p, std::vector<at::Tensor>& args, const std::vector<at::Tensor>& flat);
+  std::vector<at::Tensor> run(Program& p, std::vector<at::Tensor>& args);
   std::string run_failure(const std::string& kind, const std::string& what) const;
   // Checks of layer 1 (runtime/inputs.py): count, dtype, device, shapes within ranges.
   void check_inputs(const std::vector<at::Tensor>& flat) const;

@@ -22,7 +22,7 @@ at::Tensor Module::train_step(const std::vector<at::Tensor>& inputs) {
   s.check_aliasing(p, inputs);
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> args = s.graph_inputs(p, inputs);
-  std::vector<at::Tensor> outs = s.run(p, args, inputs);
+  std::vector<at::Tensor> outs = s.run(p, args);
   s.epilogue(p, args, outs, inputs);  // buffers (BatchNorm's statistics) and user inputs mutated
   at::Tensor loss;
   std::vector<at::Tensor> targets, values;
