@@ -312,7 +312,7 @@ def test_inspect_newer_format(sample_bundles, tmp_path):
     path = _copy_bundle(sample_bundles[("mlp", "inference")][0], tmp_path / "b")
     rehash(path, lambda m: m.update(format_version=99))
     line = _error(invoke("inspect", path))
-    assert "has format_version 99, newer than this aotc reads (3). Upgrade aotc" in line
+    assert "has format_version 99, newer than this aotc reads (4). Upgrade aotc" in line
 
 
 def test_inspect_schema_violation(sample_bundles, tmp_path):

@@ -175,6 +175,9 @@ def test_metadata_matches_aotautograd(name, captured):
         assert mine.mutation_type == theirs.mutation_type.name, mine.name
         assert mine.requires_grad == theirs.requires_grad, mine.name
         assert mine.mutations_under_no_grad_or_inference_mode == theirs.mutations_under_no_grad_or_inference_mode
+        assert mine.mutates_storage_metadata == theirs.mutates_storage_metadata, mine.name
+        # torch 2.14's flag; an earlier torch has none, and aotc records False
+        assert mine.mutation_is_shallow_copy_data == getattr(theirs, "mutation_is_shallow_copy_data", False)
         # and what eager did to the tensor
         assert (mine.mutates_data, mine.mutates_metadata) == eager_changes[mine.name], mine.name
     assert len(ours.outputs) == len(ref.output_info) == len(eager_outputs)

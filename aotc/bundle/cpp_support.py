@@ -31,6 +31,8 @@ def cpp_refusal(bundle, kind: str) -> str:
         return f"no metadata for the {kind} graph"
     if program.aliased_inputs:
         return "inputs captured as views of one tensor (a synthetic base)"
+    if any(i.mutates_storage_metadata for i in program.inputs):
+        return "an input whose storage the graph swaps (set_ or a .data assignment)"
     for o in program.outputs:
         if o.constant is not None or o.scalar is not None:
             return "outputs that are not tensors (constants or Python numbers)"

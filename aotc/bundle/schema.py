@@ -35,7 +35,9 @@ from aotc.bundle.subclasses_schema import Subclasses
 # manifest carries a checksum of its own content.
 # 3: the manifest records torch.export's serialization format (export_schema). Version 2
 # bundles are read as they are (without it); an aotc that reads 2 only says to upgrade.
-FORMAT_VERSION = 3
+# 4: each input's mutation_is_shallow_copy_data (torch 2.14's replay flag for a storage
+# swap); versions 2 and 3 are read with it False, which is what their torches traced.
+FORMAT_VERSION = 4
 OLDEST_FORMAT_READ = 2
 
 MutationTypeName = Literal["NOT_MUTATED", "MUTATED_IN_GRAPH", "MUTATED_OUT_GRAPH"]
@@ -183,7 +185,9 @@ class InputMeta:
     were traced as views of one base (see AliasGroup).
 
     Mirrors AOTAutograd's InputAliasInfo; `mutation_type` is MUTATED_OUT_GRAPH when the
-    runtime must apply the mutation (`copy_` for data, `as_strided_` for metadata).
+    runtime must apply the mutation (`copy_` for data, `as_strided_` for metadata, and for
+    a storage swap `set_`, or `aten.shallow_copy_data_` where `mutation_is_shallow_copy_data`
+    says the program swapped it that way: a `.data` assignment, traced so from torch 2.14).
     `duplicate_of` is set on a user input that was the same tensor as an earlier one.
     """
 
@@ -201,6 +205,8 @@ class InputMeta:
     # after a metadata mutation (static sizes only): the input's layout, which the runtime
     # restores with as_strided_ (a compiled graph returns the new value, not its view)
     layout_after: Layout | None = None
+    # format 4: InputAliasInfo's flag from torch 2.14 on (False under earlier torches)
+    mutation_is_shallow_copy_data: bool = False
 
 
 @dataclass(frozen=True)

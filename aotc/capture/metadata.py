@@ -218,6 +218,7 @@ def build_program_meta(
                 mutates_data=info.mutates_data,
                 mutates_metadata=info.mutates_metadata,
                 mutates_storage_metadata=info.mutates_storage_metadata,
+                mutation_is_shallow_copy_data=tc.mutation_is_shallow_copy_data(info),
                 mutations_hidden_from_autograd=info.mutations_hidden_from_autograd,
                 mutations_under_no_grad_or_inference_mode=info.mutations_under_no_grad_or_inference_mode,
                 mutation_type=info.mutation_type.name,

@@ -74,12 +74,14 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
                 jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)
         except Exception as e:
             if "Encountered a set_ on a graph input" in str(e):
+                # torch 2.14 on traces a swap by `.data` assignment as its own op
+                how = ("calls aten.shallow_copy_data_ (a .data assignment) on an input"
+                       if program is not None and _calls(program, "shallow_copy_data_") else "calls set_() on an input")
                 raise CaptureError(
-                    f"{type(model).__name__}.forward calls set_() on an input (giving it another "
-                    "tensor's storage) and also changes that input otherwise. aotc's graphs are "
-                    "functional, and AOTAutograd cannot return such a swap for the runtime to "
-                    "replay. Copy the values instead (input.copy_(other)), or do the set_() "
-                    "outside the model."
+                    f"{type(model).__name__}.forward {how}, giving it another tensor's storage. aotc's "
+                    "graphs are functional, and AOTAutograd cannot return such a swap for the runtime to "
+                    "replay. Copy the values instead (input.copy_(other)), or swap the storage outside "
+                    "the model."
                 ) from e
             if "expected to have an entirely functional graph" in str(e):
                 op = re.search(r"target=torch\.ops\.(aten\.\w+)", str(e))
@@ -157,3 +159,9 @@ def _detached(tree):
     """Every tensor of `tree` detached; the same tensor twice stays one."""
     memo: dict[int, torch.Tensor] = {}
     return pytree.tree_map_only(torch.Tensor, lambda t: memo.setdefault(id(t), t.detach()), tree)
+
+
+def _calls(program: ExportedProgram, op_name: str) -> bool:
+    """Whether torch.export's graph calls `aten.<op_name>` (any overload)."""
+    return any(n.op == "call_function" and getattr(n.target, "__name__", "").split(".")[0] == op_name
+               for n in program.graph.nodes)

@@ -1,7 +1,7 @@
 """Wrapper layer 5: put back what the functional graph returned as plain outputs.
 
 Input and buffer mutations are applied to the caller's tensors (`copy_` for data,
-`as_strided_` for metadata); outputs that aliased an input or an intermediate in eager
+`as_strided_` for metadata, `set_` or `aten.shallow_copy_data_` for a storage swap); outputs that aliased an input or an intermediate in eager
 are rebuilt as real views of it. Built once per program; a program with no mutations and
 no aliased outputs gets `trivial = True` and the caller skips this layer entirely.
 """
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc import _torch_compat as tc
 from aotc.bundle.schema import GraphSignature, ProgramMeta
 from aotc.contract.call_inputs import constant_value
-from aotc.errors import InputError
+from aotc.errors import BundleError, InputError
 
 _PLAIN = {"non_alias", "unsafe_view_alias", "custom_function_view"}
 
@@ -28,6 +29,9 @@ class Mutation:
     metadata: bool
     hidden: bool  # apply without autograd (buffers, no_grad mutations, inference)
     layout: tuple | None = None  # (size, stride, offset) after a metadata mutation, when static
+    # a storage swap, replayed as AOTAutograd does: "set_", or "shallow_copy_data_" for a
+    # `.data` assignment (which keeps the tensor's autograd identity and version counter)
+    storage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,15 @@ class Epilogue:
         for primal, info in enumerate(meta.inputs):
             if info.mutation_type != "MUTATED_OUT_GRAPH":
                 continue
+            storage = None
+            if info.mutates_storage_metadata:
+                storage = "shallow_copy_data_" if info.mutation_is_shallow_copy_data else "set_"
+                if storage == "shallow_copy_data_" and not tc.has_shallow_copy_data():
+                    raise BundleError(
+                        f"input '{info.name}' of this bundle has its storage swapped by a .data assignment "
+                        f"(aten.shallow_copy_data_, traced by torch 2.14 and later), which torch {torch.__version__} "
+                        "cannot replay. Load the bundle under torch 2.14 or newer, or export it again here."
+                    )
             self.mutations.append(
                 Mutation(
                     output=names.index(f"mutated:{primal_names[primal]}"),
@@ -73,6 +86,7 @@ class Epilogue:
                         (info.layout_after.shape, info.layout_after.stride, info.layout_after.storage_offset)
                         if info.layout_after else None
                     ),
+                    storage=storage,
                 )
             )
         # inputs traced as views of a synthetic base whose shape or strides changed
@@ -118,6 +132,13 @@ class Epilogue:
         for m in self.mutations:
             target, value = primals[m.primal], outs[m.output]
             if value is target:  # written in place by the compiled graph (exporters/aoti_updates.py)
+                continue
+            if m.storage is not None:  # the new value holds the final data and layout
+                with torch.no_grad():
+                    if m.storage == "set_":
+                        target.set_(value)
+                    else:
+                        torch.ops.aten.shallow_copy_data_(target, value)
                 continue
             if m.metadata:
                 # as AOTAutograd does: in the caller's grad mode, so that autograd sees

@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kFormatVersion = 3;
+constexpr int kFormatVersion = 4;
 constexpr int kOldestFormatRead = 2;
 constexpr uintmax_t kMaxJsonBytes = 256ull << 20;
 const char* kManifest = "manifest.json";
@@ -122,6 +122,7 @@ ProgramMeta parse_program(const json& j, const std::string& where) {
     m.tensor = parse_optional_tensor(i, "tensor", where);
     m.mutates_data = get<bool>(i, "mutates_data", where);
     m.mutates_metadata = get<bool>(i, "mutates_metadata", where);
+    m.mutates_storage = get<bool>(i, "mutates_storage_metadata", where);
     if (i.contains("layout_after") && !i.at("layout_after").is_null()) {
       const json& l = i.at("layout_after");
       m.layout_after = Layout{get<std::vector<int64_t>>(l, "shape", where), get<std::vector<int64_t>>(l, "stride", where),

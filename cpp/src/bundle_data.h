@@ -55,7 +55,7 @@ struct Layout {
 struct InputMeta {
   std::string kind, name, mutation_type;
   std::optional<TensorMeta> tensor;
-  bool mutates_data = false, mutates_metadata = false;
+  bool mutates_data = false, mutates_metadata = false, mutates_storage = false;
   std::optional<Layout> layout_after;
 };
 

@@ -16,6 +16,9 @@ std::string BundleData::cpp_refusal(const std::string& kind) const {
   auto program = programs.find(kind == "backward" ? "forward" : kind);
   if (program == programs.end()) return "no metadata for the " + kind + " graph";
   if (program->second.aliased_input_groups) return "inputs captured as views of one tensor (a synthetic base)";
+  for (const InputMeta& i : program->second.inputs) {
+    if (i.mutates_storage) return "an input whose storage the graph swaps (set_ or a .data assignment)";
+  }
   for (const OutputMeta& o : program->second.outputs) {
     if (o.not_a_tensor) return "outputs that are not tensors (constants or Python numbers)";
     if (o.output_type == "custom_function_view") return "outputs of custom autograd.Functions that view an input";
