@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: all install cpp demo test test-torch bench bench-suite fuzz clean
+.PHONY: all install cpp cpp-deps demo test test-torch bench bench-suite fuzz clean
 
 all: install cpp
 
@@ -23,11 +23,13 @@ install: $(STAMP)
 # Debian's nlohmann-json3-dev and libssl-dev, installed here as make test installs chromium.
 # About two minutes on 2 cores from clean; ninja rebuilds only what changed.
 CPP_BUILD := build/cpp
-cpp: install
+cpp-deps:
 	@test -f /usr/include/nlohmann/json.hpp && test -f /usr/include/openssl/evp.h || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nlohmann-json3-dev libssl-dev >/dev/null)
+
+cpp: install cpp-deps
 	@test -f $(CPP_BUILD)/build.ninja || cmake -S cpp -B $(CPP_BUILD) -G Ninja \
-		-DCMAKE_PREFIX_PATH="$$($(PY) -c 'import torch; print(torch.utils.cmake_prefix_path)')" >/dev/null
+		$$($(PY) cpp/cmake_args.py) >/dev/null
 	ninja -C $(CPP_BUILD)
 
 demo: install
@@ -53,29 +55,58 @@ test: install
 	cat build/conformance.log; \
 	test $$main -eq 0 && test $$conformance -eq 0
 
-# aotc under another tested torch (aotc._torch_compat.TESTED_TORCH), e.g. make test-torch
-# TORCH=2.14.1: a venv of its own under build/ (kept between runs: torch 2.14.1 is a 5.4 GB
-# CUDA build whose install takes over 20 minutes here), and a compatibility subset: every
-# sample exported in each graph kind, compiled and verified; the transformers conformance
-# cells on fx; signing; and bundles across the two torches, both ways (tests/test_torch_compat.py,
-# with .venv's torch as the other one). Not part of make test: the install alone is over
-# CI's budget on a clean machine.
+# aotc under another tested torch (aotc._torch_compat.TESTED_TORCH: 2.11 to 2.15), e.g.
+# make test-torch TORCH=2.15.0: a venv of its own under build/ (kept between runs: each of
+# these torches is a CUDA build of about 5 GB from the package index, all but 2.14.1 downloaded),
+# and a compatibility subset:
+# - every sample exported in each graph kind, compiled and verified, and bundles carried across
+#   two torches both ways (tests/test_torch_compat.py; the other one is .venv's 2.13, or
+#   OTHER=2.11.0 for another make test-torch venv);
+# - the conformance matrix's fx and aoti cells; signing; tensor subclasses and
+#   torchao's int8 (AOTAutograd's subclass handling changes between releases);
+# - torch's ported export suite on a slice (every EXPORT_SLICE-th program and the ones its
+#   tables name), with the programs this torch's torch.export fails on pinned per version;
+# - the C++ runtime built against this torch's libtorch (build/cpp-$(TORCH)) and its tests.
+# The model libraries are the newest of each range in pyproject.toml (LIBS=newest), or the
+# lowest (LIBS=oldest, the default for 2.11 and 2.12): installed first, then aotc's extras,
+# which must keep them. Not part of make test: the install alone is over CI's budget on a clean
+# machine. PIP_CONSTRAINT=/dev/null lifts this machine's cap on torch releases (2.14.1).
 TORCH ?= 2.14.1
 TORCH_VENV := build/venv-torch-$(TORCH)
-TORCH_SUBSET := tests/test_torch_compat.py tests/test_signing.py tests/test_conformance.py tests/test_subclasses.py
-# the conformance matrix's fx cells; signing but for regional bundles (their fixture compiles the whole
-# corpus); tensor subclasses (AOTAutograd's handling changed in 2.14) but torchao's int8 (not installed there)
-TORCH_CELLS := not test_a_regional_bundle_is_signed_whole and (not test_user_code_runs_unchanged or fx) and not int8
+TORCH_PY := $(TORCH_VENV)/bin/python
+LIBS ?= $(if $(filter 2.11.% 2.12.%,$(TORCH)),oldest,newest)
+OTHER ?=
+OTHER_PY := $(if $(OTHER),$(abspath build/venv-torch-$(OTHER)/bin/python),$(abspath $(PY)))
+EXPORT_SLICE ?= 6
+TORCH_SUBSET := tests/test_torch_compat.py tests/test_signing.py tests/test_conformance.py tests/test_subclasses.py \
+	tests/test_export_suite.py tests/test_cpp_runtime.py
+# signing but for regional bundles (their fixture compiles the whole corpus); the conformance
+# matrix's onnx cells (make test runs them; each is a torch.onnx export, together over ten
+# minutes here); torchao's int8 model on aoti (seven minutes of compiling; its fx cell checks
+# torchao's layout); the C++ runtime's fuzzing (make test runs it: it tests the C++ code, not torch)
+TORCH_CELLS := not test_a_regional_bundle_is_signed_whole and not onnx and not (int8 and aoti) and not fuzz
 $(TORCH_VENV)/.aotc-installed: pyproject.toml
 	$(PYTHON) -m venv $(TORCH_VENV)
-	$(TORCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(TORCH_VENV)/bin/python -m pip install -q "torch==$(TORCH)"
-	$(TORCH_VENV)/bin/python -m pip install -q -e ".[test,onnx,hf,models,sign]" "torch==$(TORCH)"
-	touch $@
+	$(TORCH_PY) -m pip install -q --upgrade pip
+	PIP_CONSTRAINT=/dev/null $(TORCH_PY) -m pip install -q "torch==$(TORCH)"
+	@# the lowest release of each model library's range: transformers>=5.23 -> transformers==5.23.*
+	$(if $(filter oldest,$(LIBS)),PIP_CONSTRAINT=/dev/null $(TORCH_PY) -m pip install -q "torch==$(TORCH)" \
+		$$($(PYTHON) -c 'import tomllib, re; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; \
+		print(*[re.sub(r">=([\d.]+),.*", r"==\1.*", d) for k in ("hf", "models", "quant") for d in x[k]])'))
+	PIP_CONSTRAINT=/dev/null $(TORCH_PY) -m pip install -q -e ".[test,onnx,hf,models,quant,sign]" "torch==$(TORCH)"
+	echo $(LIBS) > $@
 
-test-torch: install $(TORCH_VENV)/.aotc-installed
-	AOTC_OTHER_PYTHON=$(abspath $(PY)) TORCHINDUCTOR_CACHE_DIR=$(abspath build/inductor-cache-$(TORCH)) \
-		$(TORCH_VENV)/bin/python -m pytest -q --durations=10 $(TORCH_SUBSET) -k "$(TORCH_CELLS)"
+test-torch: install cpp-deps $(TORCH_VENV)/.aotc-installed
+	@test "$$(cat $(TORCH_VENV)/.aotc-installed)" = "$(LIBS)" || \
+		(echo "$(TORCH_VENV) holds the $$(cat $(TORCH_VENV)/.aotc-installed) model libraries; rm -r $(TORCH_VENV) for LIBS=$(LIBS)"; exit 1)
+	@# a CUDA wheel's CMake config wants a CUDA toolkit too: cpp/cmake_args.py says which flags
+	@test -f build/cpp-$(TORCH)/build.ninja || cmake -S cpp -B build/cpp-$(TORCH) -G Ninja \
+		$$($(TORCH_PY) cpp/cmake_args.py) >/dev/null
+	ninja -C build/cpp-$(TORCH)
+	$(TORCH_PY) -m pip list 2>/dev/null | grep -E "^(torch|transformers|diffusers|peft|torchao|onnxruntime) "
+	AOTC_OTHER_PYTHON=$(OTHER_PY) AOTC_LIBS=$(LIBS) AOTC_CPP_BUILD=$(abspath build/cpp-$(TORCH)) AOTC_EXPORT_SLICE=$(EXPORT_SLICE) \
+		TORCHINDUCTOR_CACHE_DIR=$(abspath build/inductor-cache-$(TORCH)) \
+		$(TORCH_PY) -m pytest -q --durations=10 $(TORCH_SUBSET) -k "$(TORCH_CELLS)"
 
 # Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.
 N ?= 10000

@@ -355,7 +355,8 @@ class FoldedWeights:
         if seen is not None and all(args[i] is t and t._version == v for i, t, v in seen):
             return
         constants = self._run(args)
-        # (map, use_inactive, check_full_update, user_managed, allow_h2d_copy)
-        self._loader.load_constants(constants, False, True, True, False)
+        # (map, use_inactive, check_full_update, user_managed): torch 2.11 and 2.12 take no
+        # fifth argument (allow_h2d_copy, False by default from 2.13 on)
+        self._loader.load_constants(constants, False, True, True)
         self._constants = constants
         self._seen = [(i, args[i], args[i]._version) for i in self._reads]

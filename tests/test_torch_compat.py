@@ -9,6 +9,7 @@ torch exports and this one loads, and the other way round. Without it they skip,
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from aotc.errors import BundleError, UnsupportedTorchError
 from conftest import MODE_FLAGS, ROOT, SAMPLE_NAMES, SAMPLES, invoke, rehash
 
 OTHER = os.environ.get("AOTC_OTHER_PYTHON")
-needs_other = pytest.mark.skipif(not OTHER, reason="needs a second torch: make test-torch TORCH=2.14.1 sets "
+needs_other = pytest.mark.skipif(not OTHER, reason="needs a second torch: make test-torch TORCH=2.15.0 sets "
                                                    "AOTC_OTHER_PYTHON")
 
 
@@ -44,15 +45,38 @@ def test_this_torch_is_tested_and_pyproject_requires_the_tested_range():
     assert f"torch>={first},<{upper}" in deps
 
 
+MODEL_LIBRARIES = ("transformers", "diffusers", "peft", "torchao")
+
+
+def test_the_model_libraries_are_ranges_and_the_installed_releases_are_in_them():
+    """pyproject.toml gives each model library a range of tested releases, never one exact
+    version (which would make pip replace a user's), and the installed one is in it: the
+    newest in make test's venv; under make test-torch LIBS=oldest (AOTC_LIBS), the lowest,
+    installed before aotc's extras, which kept it."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    specs = {r.name: r.specifier for r in (Requirement(d) for k in ("hf", "models", "quant") for d in extras[k])}
+    assert set(specs) == set(MODEL_LIBRARIES)
+    for name, spec in specs.items():
+        assert sorted(s.operator for s in spec) == ["<", ">="], f"{name}: {spec}"
+        installed = importlib.metadata.version(name)
+        assert spec.contains(installed), f"{name} {installed} is outside {spec}"
+        lowest = Version(next(s.version for s in spec if s.operator == ">="))
+        if os.environ.get("AOTC_LIBS") == "oldest":
+            assert Version(installed).release[:2] == lowest.release[:2], f"{name} {installed}, not the lowest {lowest}"
+
+
 def test_an_untested_torch_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.99.0")
     monkeypatch.delenv("AOTC_UNTESTED_TORCH", raising=False)
     with pytest.raises(UnsupportedTorchError) as e:
         tc._check_tested()
     assert str(e.value) == (
-        "aotc is tested with torch 2.13 and 2.14; this is torch 2.99.0, whose private APIs (AOTAutograd, "
+        "aotc is tested with torch 2.11 to 2.15; this is torch 2.99.0, whose private APIs (AOTAutograd, "
         "torch.export, inductor) aotc has not been checked against. Install a tested torch (pip install "
-        "'torch>=2.13,<2.15'), or set AOTC_UNTESTED_TORCH=1 to try this one."
+        "'torch>=2.11,<2.16'), or set AOTC_UNTESTED_TORCH=1 to try this one."
     )
     monkeypatch.setenv("AOTC_UNTESTED_TORCH", "1")
     with pytest.warns(UserWarning, match=r"this is torch 2.99.0.*Going on: AOTC_UNTESTED_TORCH=1 is set"):
@@ -66,7 +90,7 @@ def test_the_cli_under_an_untested_torch_exits_1_with_the_tested_versions(tmp_pa
     proc = subprocess.run([sys.executable, "-c", code, "export", str(SAMPLES / "mlp.py"), "-o", str(tmp_path / "b")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 1, proc.stderr
-    assert "aotc is tested with torch 2.13 and 2.14; this is torch 2.99.0" in proc.stderr
+    assert "aotc is tested with torch 2.11 to 2.15; this is torch 2.99.0" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -96,7 +120,7 @@ def test_a_format_2_bundle_without_the_export_format_loads(sample_bundles, tmp_p
     assert aotc.load(dst, backend="fx").backend == "fx"
     rehash(dst, lambda m: m.update(format_version=1))
     with pytest.raises(BundleError, match=r"has format_version 1: it predates hashing every file of a bundle, and "
-                                          r"this aotc reads versions 2 to 3"):
+                                          r"this aotc reads versions 2 to 4"):
         aotc.load(dst, backend="fx")
 
 

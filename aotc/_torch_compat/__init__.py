@@ -24,10 +24,10 @@ import torch
 
 from aotc.errors import UnsupportedTorchError
 
-# The torch minor versions `make test` (2.13) and `make test-torch TORCH=2.14.1` run aotc's
-# tests under; pyproject.toml's requirement is the same range.
-TESTED_TORCH = ("2.13", "2.14")
-SUPPORTED_TORCH = " and ".join(TESTED_TORCH)  # for messages
+# The torch minor versions `make test` (2.13) and `make test-torch TORCH=2.11.0` (2.12.1,
+# 2.14.1, 2.15.0) run aotc's tests under; pyproject.toml's requirement is the same range.
+TESTED_TORCH = ("2.11", "2.12", "2.13", "2.14", "2.15")
+SUPPORTED_TORCH = f"{TESTED_TORCH[0]} to {TESTED_TORCH[-1]}"  # for messages
 _MAJOR, _LAST = TESTED_TORCH[-1].split(".")
 INSTALL_HINT = f"pip install 'torch>={TESTED_TORCH[0]},<{_MAJOR}.{int(_LAST) + 1}'"
 
@@ -150,6 +150,18 @@ def dense_fw_metadata(jd) -> Any:
     return jd._aot_state.fw_metadata if subclass_meta is None else subclass_meta.fw_metadata
 
 
+def mutation_is_shallow_copy_data(info) -> bool:
+    """InputAliasInfo.mutation_is_shallow_copy_data (torch 2.14 on): the input's storage
+    swap was traced from `aten.shallow_copy_data_` (a `.data` assignment), which AOTAutograd
+    replays with that op rather than `set_`. Earlier torches have neither flag nor op."""
+    return getattr(info, "mutation_is_shallow_copy_data", False)
+
+
+def has_shallow_copy_data() -> bool:
+    """Whether this torch has `aten.shallow_copy_data_` (2.14 on) to replay such a swap."""
+    return hasattr(torch.ops.aten, "shallow_copy_data_")
+
+
 def grad_input_metas(jd) -> list[tuple[Any, Any]]:
     """(input descriptor, how AOTAutograd rebuilds its gradient) per traced input; empty
     without subclasses or for an inference graph."""
@@ -204,16 +216,17 @@ def fake_mode_tracing(program):
 def eager_dropout():
     """Trace `aten.dropout` as eager runs it. Outside training (or with p=0) ATen's
     dropout returns its input itself, so an in-place op on the result mutates the input;
-    torch's tracing kernel returns a clone, and a graph traced with it silently stops
-    mutating the caller's tensor. Inside this block it returns the input, as ATen does."""
-    aten = torch.ops.aten
-    op = aten.dropout.default
+    torch's tracing kernel returns a clone up to 2.13 (2.14 fixed it), and a graph traced
+    with it silently stops mutating the caller's tensor. Inside this block it returns the
+    input, as ATen does; in training it is torch's own kernel (2.15's handles complex inputs)."""
+    op = torch.ops.aten.dropout.default
     keys = [k for k in (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd) if k in op.py_kernels]
     saved = {k: op.py_kernels[k] for k in keys}
+    torch_dropout = next(iter(saved.values()), None)
 
     def dropout(input, p, train):
         if train and p != 0:
-            return aten.native_dropout(input, p, train)[0]
+            return torch_dropout(input, p, train)
         return input
 
     for k in keys:
