@@ -58,6 +58,34 @@ def _close(got, want, what: str, rtol=1e-4, atol=1e-5):
 
 
 @pytest.mark.slow
+def _outcome(access):
+    try:
+        return "value", access()
+    except Exception as e:  # the kind of failure is the answer
+        return "raises", type(e).__name__
+
+
+def test_the_cache_field_answers_to_the_names_eager_answers_to():
+    """transformers 5.24 renamed the outputs' `past_key_values` (and `cache_params`) to
+    `cache` and still answers to the old names; aotc's rebuilt output answers to the same
+    names, the same way, under whichever transformers made the bundle."""
+    import dataclasses
+
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from aotc.contract.outputs import ModelOutput
+
+    names = [f.name for f in dataclasses.fields(CausalLMOutputWithPast)]
+    field = "cache" if "cache" in names else "past_key_values"
+    logits, cache = torch.ones(1), torch.zeros(1)  # the cache object itself does not matter here
+    eager = CausalLMOutputWithPast(logits=logits, **{field: cache})
+    mine = ModelOutput("CausalLMOutputWithPast", names, [("logits", logits), (field, cache)])
+    for name in ("past_key_values", "cache", "cache_params", "logits"):
+        for access in (lambda o: getattr(o, name), lambda o: o[name], lambda o: name in o, lambda o: o.get(name)):
+            assert _outcome(lambda: access(mine)) == _outcome(lambda: access(eager)), name
+    assert list(mine.keys()) == list(eager.keys()) and mine[1] is eager[1]
+
+
 def test_cache_layout_is_keys_and_values_per_layer(hf_bundles):
     case, model, path = hf_bundles("gpt2")
     inputs = case.inputs(1, 4)

@@ -54,6 +54,9 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
 # ----------------------------------------------------------------------- ModelOutput
 
 
+_OLD_CACHE_NAMES = ("past_key_values", "cache_params")
+
+
 class ModelOutput(OrderedDict):
     """A transformers `ModelOutput` without transformers: an ordered dict of the fields
     that are not None, readable as attributes, by key, by position and as a tuple.
@@ -64,17 +67,25 @@ class ModelOutput(OrderedDict):
     """
 
     def __init__(self, type_name: str, fields: Iterable[str], items: Iterable[tuple[str, Any]] = ()):
-        super().__init__(items)
         object.__setattr__(self, "_type_name", type_name)
         object.__setattr__(self, "_fields", tuple(fields))
+        super().__init__(items)
 
     @property
     def type_name(self) -> str:
         return self._type_name
 
+    def _field(self, name: str) -> str:
+        # transformers 5.24 renamed the cache field past_key_values (cache_params for state
+        # space models) to `cache`; its ModelOutput still answers to the old names
+        if name in _OLD_CACHE_NAMES and name not in self._fields and "cache" in self._fields:
+            return "cache"
+        return name
+
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
+        name = self._field(name)
         if name in self:
             return OrderedDict.__getitem__(self, name)
         if name in self._fields:
@@ -83,13 +94,20 @@ class ModelOutput(OrderedDict):
 
     def __getitem__(self, key):
         if isinstance(key, str):
-            return OrderedDict.__getitem__(self, key)
+            return OrderedDict.__getitem__(self, self._field(key))
         return self.to_tuple()[key]
 
+    def __contains__(self, key) -> bool:
+        return OrderedDict.__contains__(self, self._field(key) if isinstance(key, str) else key)
+
+    def get(self, key, default=None):
+        return OrderedDict.get(self, self._field(key) if isinstance(key, str) else key, default)
+
     def __setitem__(self, key, value):
-        OrderedDict.__setitem__(self, key, value)
+        OrderedDict.__setitem__(self, self._field(key) if isinstance(key, str) else key, value)
 
     def __setattr__(self, name: str, value):
+        name = self._field(name) if not name.startswith("_") else name
         if name in self._fields:
             if value is not None:
                 OrderedDict.__setitem__(self, name, value)
