@@ -220,6 +220,10 @@ def compile_graph(program, example_inputs: list, package_path: Path, configs: di
             hint = (" torch's AOTInductor cannot compile a while_loop that is differentiated (its forward saves "
                     "every iteration); this bundle runs on the fx backend (aotc.load(..., backend='fx')), or "
                     "export an inference graph to compile.")
+        if "CppCompileError" in first:  # torch's generated code, not the model: another torch may compile it
+            hint = (f" The C++ that torch {torch.__version__}'s inductor generated did not compile (a torch bug, "
+                    "shown with --debug); the bundle runs on the fx backend (aotc.load(..., backend='fx')), or "
+                    "compile it under another tested torch.")
         raise AotcError(f"AOTInductor could not compile the graph: {type(e).__name__}: {first}.{hint}") from e
     finally:
         program.example_inputs = None

@@ -49,15 +49,17 @@ REFUSED: dict[tuple[str, str, str], str] = {
     ("wav2vec2_ctc", "autograd", "fx"): "torch.export could not trace Wav2Vec2ForCTC",
 }
 
-# refused under one torch only, for a reason torch.export has there: 2.11's cannot prove the
-# guard min(8*seq, 16*seq) == 8*seq that the causal mask of these models adds for a dynamic
-# sequence length (torch.export itself fails on them with the same dynamic_shapes), where
-# 2.12 and later simplify it
-_MASK_GUARD = "torch.export cannot keep the dynamic dims declared for"
-REFUSED_ON_TORCH: dict[str, dict[tuple[str, str, str], str]] = {
-    "2.11": {(name, mode, "fx"): _MASK_GUARD for name in ("llama", "qwen2", "mistral_sliding", "mixtral_moe")
-             for mode in MODES},
-}
+# refused under some torches only, for a reason torch.export has there: 2.11 and 2.12 cannot
+# prove the guard min(8*seq, 16*seq) == 8*seq that the causal mask of these models adds for a
+# dynamic sequence length (torch.export itself fails on them with the same dynamic_shapes),
+# where 2.13 and later simplify it
+_MASK_GUARD = {(name, mode, "fx"): "torch.export cannot keep the dynamic dims declared for"
+               for name in ("llama", "qwen2", "mistral_sliding", "mixtral_moe") for mode in MODES}
+# and their AOTInductor writes C++ for GPT-2's attention mask that g++ 12 rejects under AVX-512
+# (a VectorizedN temporary in a constant expression; 2.13's compiles)
+_GPT2_AOTI = {("gpt2", "inference", "aoti"): "AOTInductor could not compile the graph: InductorError: CppCompileError"}
+REFUSED_ON_TORCH: dict[str, dict[tuple[str, str, str], str]] = {"2.11": {**_MASK_GUARD, **_GPT2_AOTI},
+                                                                "2.12": {**_MASK_GUARD, **_GPT2_AOTI}}
 REFUSED.update(REFUSED_ON_TORCH.get(torch_minor(torch.__version__), {}))
 
 
