@@ -55,7 +55,6 @@ _check_tested()
 
 # after the check: under an untested torch these may be missing or moved
 import torch.utils._pytree as pytree
-from torch._C import DispatchKey
 from torch._C._dynamo.guards import GlobalStateGuard, TensorGuards
 from torch._export.serde.schema import SCHEMA_VERSION
 from torch._guards import TracingContext, tracing
@@ -212,81 +211,6 @@ def fake_mode_tracing(program):
     return tracing(TracingContext(mode))
 
 
-@contextlib.contextmanager
-def eager_dropout():
-    """Trace `aten.dropout` as eager runs it. Outside training (or with p=0) ATen's
-    dropout returns its input itself, so an in-place op on the result mutates the input;
-    torch's tracing kernel returns a clone up to 2.13 (2.14 fixed it), and a graph traced
-    with it silently stops mutating the caller's tensor. Inside this block it returns the
-    input, as ATen does; in training it is torch's own kernel (2.15's handles complex inputs)."""
-    op = torch.ops.aten.dropout.default
-    keys = [k for k in (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd) if k in op.py_kernels]
-    saved = {k: op.py_kernels[k] for k in keys}
-    torch_dropout = next(iter(saved.values()), None)
-
-    def dropout(input, p, train):
-        if train and p != 0:
-            return torch_dropout(input, p, train)
-        return input
-
-    for k in keys:
-        op.py_kernels[k] = dropout
-    op._dispatch_cache.clear()
-    try:
-        yield
-    finally:
-        op.py_kernels.update(saved)
-        op._dispatch_cache.clear()
-
-
-@contextlib.contextmanager
-def eager_rnn():
-    """Trace RNN/LSTM/GRU as eager runs them; two fixes to torch 2.13's tracing kernels
-    (torch._decomp.decompositions):
-    - `_rnn_helper` sets the dropout between layers to 0 by mistake (`num_layers < i - 1`
-      is never true), so a training graph silently skips it. Here each layer is traced
-      alone and followed by that dropout, in eager's order (the same RNG draws).
-    - `select_one_layer_lstm_function` takes oneDNN's inference-only LSTM kernel whenever
-      the input does not require grad, even when the weights do, whose backward then
-      fails. Here that kernel is taken only when nothing needs a gradient."""
-    import torch._decomp.decompositions as decompositions  # capture only
-
-    original = decompositions._rnn_helper
-    select_lstm = decompositions.select_one_layer_lstm_function
-
-    def select_one_layer_lstm_function(input, hx, params):
-        weights = [p for layer in params for p in layer]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in [input, *hx, *weights]):
-            return decompositions.one_layer_lstm
-        return select_lstm(input, hx, params)
-
-    def rnn_helper(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional, batch_first,
-                   layer_fn):
-        if not (dropout and train and num_layers > 1):
-            return original(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional,
-                            batch_first, layer_fn)
-        per_layer = 2 if bidirectional else 1
-        input = input.transpose(0, 1) if batch_first else input
-        final_hiddens = []
-        for i in range(num_layers):
-            layer = slice(per_layer * i, per_layer * (i + 1))
-            input, finals = original(input, hidden[layer], params[layer], has_biases, 1, 0.0, train, bidirectional,
-                                     False, layer_fn)
-            final_hiddens += finals
-            if i < num_layers - 1:
-                input = torch.dropout(input, dropout, train=True)
-        input = input.transpose(0, 1) if batch_first else input
-        return input, final_hiddens
-
-    decompositions._rnn_helper = rnn_helper
-    decompositions.select_one_layer_lstm_function = select_one_layer_lstm_function
-    try:
-        yield
-    finally:
-        decompositions._rnn_helper = original
-        decompositions.select_one_layer_lstm_function = select_lstm
-
-
 def global_state_guard():
     """Dynamo's C++ guard on the global state now (grad mode, autocast, default dtype,
     deterministic algorithms, torch-function enablement, threads): `.check()` is one C call."""
@@ -399,6 +323,9 @@ def mark_optimizer_stepped(optimizer) -> None:
     puts around optimizer.step, to warn about a scheduler stepped before its optimizer."""
     optimizer._opt_called = True
 
+
+# torch's tracing kernels, as eager runs them, in a module of their own (imported by name here)
+from aotc._torch_compat.kernels import eager_dropout, eager_rnn  # noqa: E402
 
 # AOTInductor and inductor's freezing, in a module of their own (imported by name here)
 from aotc._torch_compat.inductor import (  # noqa: E402

@@ -1,9 +1,10 @@
 """Wrapper layer 5: put back what the functional graph returned as plain outputs.
 
 Input and buffer mutations are applied to the caller's tensors (`copy_` for data,
-`as_strided_` for metadata, `set_` or `aten.shallow_copy_data_` for a storage swap); outputs that aliased an input or an intermediate in eager
-are rebuilt as real views of it. Built once per program; a program with no mutations and
-no aliased outputs gets `trivial = True` and the caller skips this layer entirely.
+`as_strided_` for metadata, `set_` or `aten.shallow_copy_data_` for a storage swap);
+outputs that aliased an input or an intermediate in eager are rebuilt as real views of it.
+Built once per program; a program with no mutations and no aliased outputs gets
+`trivial = True` and the caller skips this layer entirely.
 """
 
 from __future__ import annotations
