@@ -1,6 +1,6 @@
 """A three-layer MLP with int8 weight-only quantization (torchao), dynamic batch.
 
-`quantize_(model, Int8WeightOnlyConfig())` turns each Linear weight into a torchao
+`quantize_(model, Int8WeightOnlyConfig(version=2))` turns each Linear weight into a torchao
 `Int8Tensor` (int8 `qdata`, float `scale` and int8 `zero_point` per row). aotc stores
 those inner tensors, and the graphs dequantize them; the biases stay float and
 trainable. `build_float_model` is the same network before quantization (for comparing
@@ -28,7 +28,9 @@ def build_model() -> nn.Module:
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
     model = build_float_model()
-    quantize_(model, Int8WeightOnlyConfig())
+    # version 2 (Int8Tensor) is 0.18's default; 0.17's version 1 holds an enum in its flatten
+    # context, which a bundle does not store
+    quantize_(model, Int8WeightOnlyConfig(version=2))
     return model
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 import aotc
-from aotc._torch_compat import pytree
+from aotc._torch_compat import pytree, torch_minor
 from aotc.errors import AotcError
 from checker import Observation, compare, compare_grads
 from corpus_export import BY_NAME, CASES, TORCH_EXPORT_FAILS
@@ -57,6 +57,10 @@ REFUSED: dict[str, str] = {
 REFUSED_BY_AOTC = {
     "inplace_on_constant_derived": "a plain tensor attribute of the model",
 }
+if torch_minor(torch.__version__) == "2.11":
+    # torch 2.11's AOTAutograd refuses a scan whose step returns a view of its carry, which
+    # its torch.export keeps ("scan might be aliasing the input or the output!"); 2.12 on take it
+    REFUSED_BY_AOTC["scan_linear_with_view"] = "scan might be aliasing the input or the output"
 
 # compiled for aoti too: one program of each kind of input, output, control flow and state
 AOTI_SUITE = [
