@@ -4775,7 +4775,7 @@ _NO_SERIALIZED_NAME = "No registered serialization name"
 _NAMEDTUPLE_NAME = "Can't serialize TreeSpec of namedtuple"
 TORCH_EXPORT_FAILS = {
     # export refuses, or its module answers otherwise than eager
-    "cond_select_by_item": ("'<' not supported between instances of 'NoneType' and 'int'" if _TORCH >= (2, 12)
+    "cond_select_by_item": ("'<' not supported between instances of 'NoneType' and 'int'" if _TORCH >= (2, 13)
                             else "GuardOnDataDependentSymNode"),
     "while_unbacked_ints_in_cond_and_body": "UncapturedHigherOrderOpError",
     "while_stack_output": "an output is a FakeTensor",  # ep.module() returns the stacked carry unrealized
@@ -4803,6 +4803,6 @@ TORCH_EXPORT_FAILS = {
     "round_of_dim_slice": "Failed serializing node round_1",  # builtins.round
     "custom_op_ints_index": "Failed serializing node indices3d",  # a custom op returning ints
     "custom_op_ints_slice": "Failed serializing node indices3d",
-    # torch 2.11's torch.export.save cannot write the node predispatch tracing leaves in
-    **({"associative_scan_reverse": "Failed serializing node lazy_load_decompositions"} if _TORCH < (2, 12) else {}),
+    # torch 2.11 and 2.12's torch.export.save cannot write the node predispatch tracing leaves in
+    **({"associative_scan_reverse": "Failed serializing node lazy_load_decompositions"} if _TORCH < (2, 13) else {}),
 }

@@ -57,9 +57,9 @@ REFUSED: dict[str, str] = {
 REFUSED_BY_AOTC = {
     "inplace_on_constant_derived": "a plain tensor attribute of the model",
 }
-if torch_minor(torch.__version__) == "2.11":
-    # torch 2.11's AOTAutograd refuses a scan whose step returns a view of its carry, which
-    # its torch.export keeps ("scan might be aliasing the input or the output!"); 2.12 on take it
+if torch_minor(torch.__version__) in ("2.11", "2.12"):
+    # their AOTAutograd refuses a scan whose step returns a view of its carry, which their
+    # torch.export keeps ("scan might be aliasing the input or the output!"); 2.13 on take it
     REFUSED_BY_AOTC["scan_linear_with_view"] = "scan might be aliasing the input or the output"
 
 # compiled for aoti too: one program of each kind of input, output, control flow and state
