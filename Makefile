@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: all install cpp cpp-deps demo test test-torch bench bench-suite fuzz clean
+.PHONY: all install cpp cpp-deps demo test test-torch gpu-wheels gpu-check bench bench-suite fuzz clean
 
 all: install cpp
 
@@ -108,6 +108,19 @@ test-torch: install cpp-deps $(TORCH_VENV)/.aotc-installed
 	AOTC_OTHER_PYTHON=$(OTHER_PY) AOTC_LIBS=$(LIBS) AOTC_CPP_BUILD=$(abspath build/cpp-$(TORCH)) AOTC_EXPORT_SLICE=$(EXPORT_SLICE) \
 		TORCHINDUCTOR_CACHE_DIR=$(abspath build/inductor-cache-$(TORCH)) \
 		$(TORCH_PY) -m pytest -q --durations=10 $(TORCH_SUBSET) -k "$(TORCH_CELLS)"
+
+# The GPU run (issue 46). A lent GPU machine has torch 2.11.0+cu130 and Python 3.12, no
+# network, and takes 64 MiB of files a call: make gpu-wheels (here) puts what its image lacks
+# under build/gpu-wheels (wheels for Python 3.12, the C++ runtime's header packages); make
+# gpu-check (there: bash benchmarks/gpu/check.sh, carrying build/gpu-wheels) installs them,
+# builds the C++ runtime, runs the CUDA suite (pytest -m cuda) and the GPU benchmark, and
+# writes build/gpu-check/gpu-report.md, in under 9 minutes. Here, without a GPU, the suite
+# skips; AOTC_CUDA_SUITE_DEVICE=cpu runs its device-neutral tests on the CPU.
+gpu-wheels: install
+	$(PY) benchmarks/gpu/wheels.py
+
+gpu-check:
+	bash benchmarks/gpu/check.sh
 
 # Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.
 N ?= 10000

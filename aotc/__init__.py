@@ -77,6 +77,7 @@ _EXPORTS = {
     "InputError": "aotc.errors",
     "GraphRunError": "aotc.errors",
     "DeviceError": "aotc.errors",
+    "CudaGraphError": "aotc.errors",
     "MissingDependencyError": "aotc.errors",
     "UntrustedSubclassError": "aotc.errors",
     "AmbientStateError": "aotc.errors",

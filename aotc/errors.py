@@ -79,6 +79,11 @@ class DeviceError(AotcError):
     """A device that is not a device name, not supported, or not present here."""
 
 
+class CudaGraphError(AotcError):
+    """CUDA-graph replay (`cuda_graphs=True`) asked for where a recording would not
+    replay what eager does: not CUDA, random ops, CPU inputs, or past its recordings."""
+
+
 class MissingDependencyError(AotcError):
     """An optional dependency is not installed; the message names the extra to install."""
 

@@ -34,14 +34,17 @@ from aotc.cli._common import (
 @click.option("--samples", default=2, show_default=True,
               help="Random inputs (within the dynamic ranges) to compare with the rebuilt eager model.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
+@click.option("--device", help="Run the fx graphs, the compiled package and the rebuilt eager model on this device "
+              "alone (cpu, cuda, cuda:N) [default: fx and onnx on the CPU, aoti on every device it was compiled for "
+              "that is here].")
 @click.option("--record", is_flag=True, help="Keep the results in the bundle (records/verify.json) for aotc report.")
 @trust_option
 @public_key_option
 @json_option
 @debug_option
 @handles_errors
-def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, record, trusted, public_keys,
-                   as_json, debug):
+def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit_path, device, record, trusted,
+                   public_keys, as_json, debug):
     """Run every artifact of BUNDLE (fx, aoti per device, onnx) and compare with eager.
 
     Integrity comes first: every file's hash, archive members, headers and metadata.
@@ -56,6 +59,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
       aotc verify bundles/mlp-joint --atol 1e-5 --rtol 1e-4 --json --junit report.xml
       aotc verify downloaded-bundle --no-run
       aotc verify downloaded-bundle --public-key publisher.pub
+      aotc verify bundles/mlp --model sample_models/mlp.py --device cuda
     """
     from aotc.tools.verify import junit_xml, verify
 
@@ -68,7 +72,7 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
 
         report = verify(bundle, model=model, rtol=rtol, atol=atol, samples=samples, run=not no_run,
                         checkpoint=checkpoint, trusted_subclasses=trusted, on_artifact=on_artifact,
-                        public_keys=public_keys)
+                        public_keys=public_keys, device=device)
     if junit_path:
         junit_path.write_text(junit_xml(report))
     result = {

@@ -2,8 +2,9 @@
 
 A CPU wheel needs only its prefix path. A CUDA wheel's CMake config (Caffe2's cuda.cmake)
 also wants a CUDA toolkit, found from CUDA_HOME (default /usr/local/cuda), and NVRTC,
-which a toolkit without it lacks: the wheel's own library is named. The runtime calls no
-CUDA API itself; libtorch's CUDA libraries come from the wheel at run time.
+which a toolkit without it lacks: the wheel's own library is named. The runtime's CUDA
+code (CUDA-graph replay, src/cuda_graphs.cpp) goes through ATen's CUDAGraph and streams;
+libtorch's CUDA libraries come from the wheel at run time.
 """
 
 import glob

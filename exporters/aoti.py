@@ -23,6 +23,7 @@ from aotc.bundle.archives import check_compiled_package
 from aotc.bundle.files import check_hash
 from aotc.bundle.fingerprint import check_fingerprint
 from aotc.contract.aliasing import StrideGuard
+from aotc.contract.randomness import random_ops
 from aotc.errors import AotcError, BundleError
 from aotc.exporters import aoti_updates
 from aotc.exporters.aoti_cache import compile_cached, compile_graph, compile_options
@@ -37,9 +38,11 @@ from aotc.exporters.aoti_frozen import (
 )
 from aotc.exporters.formats import BuildOptions, Built, built_only
 from aotc.exporters.weight_fold import FoldError
+from aotc.runtime.cuda_graphs import CudaGraphRun
 
 FORMAT = "aoti"
 FILE_KIND = "compiled"
+RANDOM_OPS = "random_ops"  # the build fingerprint's key for the ops a graph draws random numbers with
 
 
 def artifact_path(kind: str, device: str) -> str:
@@ -47,6 +50,15 @@ def artifact_path(kind: str, device: str) -> str:
 
 
 def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
+    """`_build`'s package, its fingerprint naming the random ops the graph draws ("none"
+    when it draws none): a CUDA-graph replay refuses those (aotc.runtime.cuda_graphs), and
+    the C++ runtime has no fx graph to look in."""
+    built = _build(bundle, kind, device, target, options)
+    drawn = random_ops(bundle.exported_program(kind).graph)
+    return Built({**built.build, RANDOM_OPS: ",".join(drawn) or "none"}, built.cached)
+
+
+def _build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
     compile from options.cache_dir): a CPU inference graph folded unless options.fold is
     off or its linear layers are too small to gain (small_linears_only), or frozen where
@@ -118,12 +130,13 @@ def input_layouts(bundle, kind: str) -> list | None:
     ]
 
 
-def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
+def load_graph(bundle, kind: str, device: torch.device, cuda_graphs=None) -> CompiledGraph:
     """The compiled graph, loaded only after its archive members and hash check out.
 
     A compiled package is native code: it is hashed once more right before loading, and
     whatever the loader extracted is removed when the load fails (and when the graph is
-    garbage collected)."""
+    garbage collected). `cuda_graphs` (aotc.runtime.cuda_graphs.CudaGraphOptions): the
+    package's runs are recorded as CUDA graphs and replayed."""
 
     rel = artifact_path(kind, device.type)
     entry = bundle.manifest.file(rel)
@@ -142,7 +155,7 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     index = device.index if device.index is not None else -1
     workdir = tempfile.mkdtemp(prefix="aotc-load-")
     try:
-        loader = aoti_package_loader(str(path), index, workdir)
+        loader = aoti_package_loader(str(path), index, workdir, single_threaded=cuda_graphs is not None)
         run = loader.boxed_run
     except Exception as e:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -151,6 +164,11 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
     build = entry.build or {}
     frozen = build.get("frozen") == "true"
     user = [i for i, s in enumerate(bundle.signature.graphs[kind].inputs) if s.role not in STATE]
+    if cuda_graphs is not None:  # recorded around the package's own run, beneath the wrappers below
+        roles = [s.role for s in bundle.signature.graphs[kind].inputs]
+        if frozen or build.get("weights") == "folded":
+            roles = [roles[i] for i in user]
+        run = CudaGraphRun(run, roles, cuda_graphs, f"the {kind} graph of bundle '{bundle.path}'")
     if frozen:  # the package takes the user inputs alone; the runtime passes state first
         full = run
 
@@ -181,6 +199,16 @@ def load_graph(bundle, kind: str, device: torch.device) -> CompiledGraph:
 
 def write(capture, writer) -> None:
     built_only(FORMAT)
+
+
+def drawn_random(bundle, kind: str, device: torch.device) -> list[str]:
+    """The random ops of the `kind` graph compiled for `device`: from the fingerprint, or
+    for a package compiled before fingerprints named them, from the fx graph."""
+    entry = bundle.manifest.file(artifact_path(kind, device.type))
+    recorded = (entry.build or {}).get(RANDOM_OPS) if entry is not None else None
+    if recorded is not None:
+        return [] if recorded == "none" else recorded.split(",")
+    return random_ops(bundle.exported_program(kind).graph)
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 from aotc.bundle.files import Bundle, BundleWriter, update_bundle
-from aotc.devices import resolve_device
+from aotc.devices import resolve_device, with_index
 from aotc.errors import AotcError
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def add_artifacts(path: str | Path, name: str, devices: Sequence[str] = ("cpu",)
 
     fmt = get(name)
     bundle = Bundle.open(path)
-    targets = [resolve_device(d) for d in devices]
+    targets = [with_index(resolve_device(d)) for d in devices]
     kinds = list(kinds or bundle.graph_kinds)
 
     def add(writer: BundleWriter) -> None:

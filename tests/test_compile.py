@@ -171,6 +171,7 @@ def test_cli_compile_cuda_without_gpu(sample_bundles):
     )
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_compile_and_run(tmp_path):
     spec = fresh_sample("mlp")

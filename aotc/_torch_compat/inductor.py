@@ -34,7 +34,7 @@ def inductor_cpp_compiler() -> str:
 _TMPDIR_LOCK = threading.Lock()
 
 
-def aoti_package_loader(path: str, device_index: int, workdir: str):
+def aoti_package_loader(path: str, device_index: int, workdir: str, single_threaded: bool = False):
     """An AOTInductor package's loader (`run`, `boxed_run`), without torch's Python wrapper.
 
     `torch._inductor.aoti_load_package` first calls `get_device_information`, which picks
@@ -44,13 +44,14 @@ def aoti_package_loader(path: str, device_index: int, workdir: str):
 
     The loader extracts the package into a fresh `aotinductor_*` directory under
     $TMPDIR and leaves it there when loading fails; $TMPDIR points at `workdir` while it
-    runs, so the caller can remove whatever it left.
+    runs, so the caller can remove whatever it left. `single_threaded`: the runner records
+    no CUDA event per run, so a CUDA graph can capture it (aotc.runtime.cuda_graphs).
     """
     with _TMPDIR_LOCK:
         previous = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = workdir
         try:
-            loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+            loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", single_threaded, 1, device_index)
         finally:
             if previous is None:
                 del os.environ["TMPDIR"]

@@ -8,6 +8,7 @@ from aotc.contract.subclasses import check_trust
 from aotc.devices import resolve_device
 from aotc.errors import AotcError, BundleError, ModeError
 from aotc.exporters import formats
+from aotc.runtime.cuda_graphs import options_for as cuda_graph_options
 from aotc.runtime.module import LoadedModule
 
 MODES = ("eval", "train")
@@ -15,7 +16,7 @@ BACKENDS = ("auto", "fx", "aoti", "onnx")  # kept for importers; load() takes fo
 
 
 def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_subclasses=(),
-         public_keys=None) -> LoadedModule:
+         public_keys=None, cuda_graphs=False) -> LoadedModule:
     """Load the bundle at `path` as an nn.Module that behaves like the eager model.
 
     `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
@@ -26,6 +27,9 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     make aotc import, besides torch's and torchao's own (see aotc.contract.subclasses).
     `public_keys`: PEM files of the publishers whose signature the bundle must carry (else
     AOTC_PUBLIC_KEYS; see aotc.bundle.signing); checked before anything else is read.
+    `cuda_graphs`: True (or a number of input shapes to record per graph, 8 for True) to
+    replay the compiled CUDA packages as CUDA graphs (aotc.runtime.cuda_graphs); refused
+    with CudaGraphError where a recording could not replay eager.
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
@@ -41,9 +45,16 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     if backend == "auto":
         # the compiled artifact for this device when the bundle has one, else the fx graphs
         backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
+    replay = None
+    if cuda_graphs:
+        aoti = formats.get("aoti")
+        drawn = {kind: aoti.drawn_random(bundle, kind, device) for kind in bundle.graph_kinds} if backend == "aoti" else {}
+        replay = cuda_graph_options(cuda_graphs, device, backend, drawn, str(bundle.path))
     if backend == "aoti" and signed is None:
         tell_native_code_trusted(bundle.path)
-    graphs = {kind: formats.get(backend).load_graph(bundle, kind, device) for kind in bundle.graph_kinds}
+    fmt = formats.get(backend)
+    graphs = {kind: fmt.load_graph(bundle, kind, device, cuda_graphs=replay) if replay else fmt.load_graph(bundle, kind, device)
+              for kind in bundle.graph_kinds}
     try:
         return LoadedModule(bundle, graphs, device, mode, backend, trusted_subclasses)
     except AotcError:

@@ -35,18 +35,21 @@ def tolerance(t: torch.Tensor) -> list[float]:
 
 
 def run_eager(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn=None,
-              grad_seed: int = SEED, optimizer=None, given: Record | None = None) -> Record:
+              grad_seed: int = SEED, optimizer=None, given: Record | None = None, device=None) -> Record:
     """The eager model's record (see aotc.tools.observe) with the inputs it was given; a joint
     step with `optimizer` (an OptimizerInfo and its state) steps torch.optim's own
-    optimizer over the model."""
+    optimizer over the model. `device`: the model (moved there) and the inputs run on it."""
     flat = dense_leaves(pytree.tree_leaves((args, kwargs)))
     ref = {input_key(n): t.detach().clone() for n, t in zip(names, flat)}
+    if device is not None:
+        model = model.to(device)
     opt = None
     if optimizer is not None:
 
         info, state = optimizer
         opt = optimizers.build(info, model, state)
-    return ref | observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given=given, optimizer=opt)
+    return ref | observe(model, args, kwargs, names, mode, loss_fn, grad_seed, given=given, optimizer=opt,
+                         device=device)
 
 
 def compute(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, loss_fn, training: bool,

@@ -31,6 +31,7 @@ from aotc.bundle.files import Bundle
 from aotc.bundle.signing import check_signature, require_signature, signed_root
 from aotc.contract.aliasing import StrideGuard, dense_strides, realias
 from aotc.contract.outputs import load_spec
+from aotc.devices import resolve_device
 from aotc.errors import AotcError, BundleError, CaptureError, InputError, InternalError
 from aotc.runtime.inputs import random_inputs
 from aotc.runtime.regional import RegionalBundle, apply, is_regional
@@ -106,8 +107,11 @@ def _mode(bundle: Bundle) -> str:
     return "joint" if "joint" in kinds else "autograd" if "forward" in kinds else "inference"
 
 
-def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """(label, backend, device) of every artifact runnable here, and notes on the rest."""
+def artifacts(bundle: Bundle, device: str | None = None) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(label, backend, device) of every artifact runnable here, and notes on the rest;
+    with `device`, the fx graphs and the compiled package on that device alone."""
+    if device is not None:
+        return _artifacts_on(bundle, resolve_device(device))
     found = [("fx", "fx", "cpu")]
     skipped = []
     for device in sorted({f.device for f in bundle.manifest.files if f.kind == "compiled"}):
@@ -119,6 +123,21 @@ def artifacts(bundle: Bundle) -> tuple[list[tuple[str, str, str]], list[str]]:
         found.append((f"aoti/{device}{' (frozen)' if frozen else ''}", "aoti", device))
     if any(f.kind == "onnx" for f in bundle.manifest.files):
         found.append(("onnx", "onnx", "cpu"))
+    return found, skipped
+
+
+def _artifacts_on(bundle: Bundle, device: torch.device) -> tuple[list[tuple[str, str, str]], list[str]]:
+    name = device.type if device.index is None else str(device)
+    found = [("fx" if device.type == "cpu" else f"fx/{name}", "fx", name)]
+    skipped = []
+    entries = [f for f in bundle.manifest.files if f.kind == "compiled" and f.device == device.type]
+    if entries:
+        frozen = any((f.build or {}).get("frozen") == "true" for f in entries)
+        found.append((f"aoti/{name}{' (frozen)' if frozen else ''}", "aoti", name))
+    else:
+        skipped.append(f"aoti/{device.type}: no package compiled for it (aotc compile BUNDLE --device {device.type})")
+    if any(f.kind == "onnx" for f in bundle.manifest.files):
+        skipped.append(f"onnx: onnxruntime runs on the CPU here, not {name}")
     return found, skipped
 
 
@@ -240,11 +259,13 @@ def _laid_out(t: torch.Tensor, meta) -> torch.Tensor:
 
 def verify(path, model: str | None = None, rtol: float | None = None, atol: float | None = None,
            samples: int = 0, run: bool = True, checkpoint: str | None = None, trusted_subclasses=(),
-           on_artifact=None, public_keys=None) -> Report:
+           on_artifact=None, public_keys=None, device: str | None = None) -> Report:
     """Verify every artifact of the bundle at `path`; see the module docstring.
     `trusted_subclasses`, `public_keys`: as for aotc.load (with keys, a bundle they did not
     sign is a SignatureError before anything else). `on_artifact(label, done, total)` is
-    told before each artifact runs (done = how many have), and once more when all have."""
+    told before each artifact runs (done = how many have), and once more when all have.
+    `device`: run the fx graphs, the compiled package and the rebuilt eager model on that
+    device alone (eager on the same GPU as the artifacts)."""
 
     signature = _signature(path, public_keys)
     if is_regional(path):
@@ -258,7 +279,7 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
     golden = _golden(bundle)
     override = (rtol if rtol is not None else 1e-4, atol if atol is not None else 1e-5) if (
         rtol is not None or atol is not None) else None
-    found, report.skipped = artifacts(bundle)
+    found, report.skipped = artifacts(bundle, device)
     inputs = _golden_inputs(bundle, golden, trusted_subclasses)
     rebuilt = bool(samples and (model or has_bundle_config(bundle)))  # a HF folder's bundle rebuilds itself
     total = len(found) * (1 + (samples if rebuilt else 0))
@@ -270,7 +291,7 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
 
     if rebuilt:
         report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses,
-                                        on_artifact, public_keys)
+                                        on_artifact, public_keys, device)
     elif samples:
         report.skipped.append("random samples: no model file given (model=, --model)")
     if on_artifact:
@@ -321,7 +342,7 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
 
 
 def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted=(), on_artifact=None,
-                   public_keys=None) -> list[Check]:
+                   public_keys=None, device: str | None = None) -> list[Check]:
     """The artifacts against eager on random inputs: eager is the model `source` builds, or
     for a bundle exported from a Hugging Face folder, the one its hf/config.json builds."""
     if source:
@@ -344,7 +365,7 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
         inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),
                                trusted)
         expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
-                             loss, grad_seed=sample + 1, optimizer=optimizer)
+                             loss, grad_seed=sample + 1, optimizer=optimizer, device=device)
         for k, (label, backend, device) in enumerate(found):
             if on_artifact:
                 on_artifact(f"{label} vs eager (sample {sample + 1})", len(found) * (1 + sample) + k,

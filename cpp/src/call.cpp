@@ -265,7 +265,8 @@ std::vector<at::Tensor> ModuleState::run(Program& p, std::vector<at::Tensor>& ar
       }
     }
     // run, not boxed_run: it costs less per call, and args stay for the epilogue
-    std::vector<at::Tensor> returned = p.loader->run(p.takes_all ? args : pass);
+    std::vector<at::Tensor> returned = p.cuda_graph ? p.cuda_graph->run(*p.loader, p.takes_all ? args : pass)
+                                                    : p.loader->run(p.takes_all ? args : pass);
     if (!p.updates) return returned;
     std::vector<at::Tensor> full(p.updates->num_outputs);
     for (size_t k = 0; k < p.updates->kept.size() && k < returned.size(); ++k) full[p.updates->kept[k]] = returned[k];

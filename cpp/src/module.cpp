@@ -148,7 +148,7 @@ std::string describe_shape(at::IntArrayRef shape) {
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
-Module Bundle::load(c10::Device device) const {
+Module Bundle::load(c10::Device device, const LoadOptions& options) const {
   const BundleData& b = *data_;
   if (device.is_cuda() && !at::hasCUDA()) {
     throw DeviceError("device '" + device.str() + "' is not available here: this libtorch has no CUDA, or no GPU is present.");
@@ -161,6 +161,13 @@ Module Bundle::load(c10::Device device) const {
       throw DeviceError("device '" + device.str() + "' is not present: this machine has " +
                         std::to_string(at::detail::getCUDAHooks().deviceCount()) + " GPU(s).");
     }
+  }
+  if (options.cuda_graphs && !device.is_cuda()) {
+    throw CudaGraphError("cuda_graphs records CUDA kernels; this module is loaded for '" + device.str() +
+                         "'. Load it for cuda.");
+  }
+  if (options.cuda_graphs && options.max_graph_shapes < 1) {
+    throw CudaGraphError("max_graph_shapes must be at least 1 with cuda_graphs.");
   }
   auto state = std::make_shared<ModuleState>();
   state->bundle = data_;
@@ -183,7 +190,7 @@ Module Bundle::load(c10::Device device) const {
     p->sig = &b.graphs.at(kind);
     if (kind == "backward") {
       plan_backward(*p, b, constant_index, *state);
-      attach_package(*p, b, device);
+      attach_package(*p, b, device, options);
       state->programs[kind] = std::move(p);
       continue;
     }
@@ -234,7 +241,7 @@ Module Bundle::load(c10::Device device) const {
     plan_epilogue(*p);
     for (const OutputPlan& plan : p->outputs) p->output_names.push_back(p->sig->outputs[plan.output].name);
 
-    attach_package(*p, b, device);
+    attach_package(*p, b, device, options);
     state->programs[kind] = std::move(p);
   }
   if (b.optimizer) {

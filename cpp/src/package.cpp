@@ -70,7 +70,7 @@ void check_fingerprint(const FileEntry& entry, const c10::Device& device, const 
 std::mutex tmpdir_lock;
 
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const fs::path& path, const c10::Device& device,
-                                                                      std::string& workdir) {
+                                                                      std::string& workdir, bool single_threaded) {
   fs::path base = fs::temp_directory_path();
   std::string pattern = (base / "aotc-load-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) throw BundleError("cannot make a directory under " + base.string());
@@ -81,7 +81,7 @@ std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const fs::
   setenv("TMPDIR", workdir.c_str(), 1);
   try {
     auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path.string(), "model", false, 1, device.has_index() ? device.index() : -1);
+        path.string(), "model", single_threaded, 1, device.has_index() ? device.index() : -1);
     previous ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
     return loader;
   } catch (const std::exception& e) {
@@ -158,7 +158,7 @@ Program::~Program() {
   }
 }
 
-void attach_package(Program& program, const BundleData& b, const c10::Device& device) {
+void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options) {
   const std::string& kind = program.kind;
     // the compiled package, loaded only after its members and hash check out
     std::string type = device.is_cuda() ? "cuda" : "cpu";
@@ -182,8 +182,21 @@ void attach_package(Program& program, const BundleData& b, const c10::Device& de
       throw BundleError("Bundle '" + b.path + "': " + rel + " has sha256 " + detail::sha256_file(path).substr(0, 12) +
                         "..., the manifest says " + entry->sha256.substr(0, 12) + ".... The file was modified; export the bundle again.");
     }
-    program.loader = load_package(path, device, program.workdir);
     auto build = [&](const char* k) { return entry->build.count(k) ? entry->build.at(k) : std::string(); };
+    if (options.cuda_graphs) {  // exporters/aoti.py's fingerprint names the ops that draw random numbers
+      if (build("random_ops").empty()) {
+        throw CudaGraphError("Bundle '" + b.path + "': " + rel + " was compiled before aotc recorded which ops draw "
+                             "random numbers, which a CUDA graph cannot replay. Run: aotc compile " + b.path +
+                             " --device cuda");
+      }
+      if (build("random_ops") != "none") {
+        throw CudaGraphError("Bundle '" + b.path + "': the " + kind + " graph draws random numbers (" +
+                             build("random_ops") + "); a CUDA graph would replay the recording's place in the random "
+                             "stream, not eager's draws. Load it without cuda_graphs, or export the model "
+                             "deterministic (eval-mode dropout).");
+      }
+    }
+    program.loader = load_package(path, device, program.workdir, options.cuda_graphs);
     if (build("frozen") == "true" || build("weights") == "folded") {
       program.takes_all = false;
       for (size_t i = 0; i < program.sig->inputs.size(); ++i) {
@@ -210,6 +223,17 @@ void attach_package(Program& program, const BundleData& b, const c10::Device& de
       program.fold = std::make_unique<detail::FoldedConstants>(parsed, program.loader->get_constant_fqns(), where);
     } else if (build("updates") == "in_place") {
       program.updates = in_place_plan(b, *program.sig, *program.meta);
+    }
+    if (options.cuda_graphs) {
+      std::vector<std::string> roles;
+      for (size_t i = 0; i < program.sig->inputs.size(); ++i) roles.push_back(program.sig->inputs[i].role);
+      if (!program.takes_all) {
+        std::vector<std::string> taken;
+        for (size_t i : program.package_inputs) taken.push_back(roles[i]);
+        roles = taken;
+      }
+      program.cuda_graph = std::make_unique<detail::CudaGraphRun>(roles, options.max_graph_shapes,
+                                                                   "the " + kind + " graph of bundle '" + b.path + "'");
     }
 }
 

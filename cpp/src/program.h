@@ -8,6 +8,7 @@
 
 #include "aotc/aotc.h"
 #include "bundle_data.h"
+#include "cuda_graphs.h"
 #include "safetensors.h"
 
 namespace aotc {
@@ -77,6 +78,7 @@ struct Program {
   std::unordered_map<std::string, at::Tensor> folded;  // kept alive: the package was told they are user-managed
   std::vector<std::pair<c10::TensorImpl*, uint32_t>> fold_seen;
   std::vector<const void*> checked_pointers;  // of the last call that passed the disjointness check
+  std::unique_ptr<detail::CudaGraphRun> cuda_graph;  // the package's runs replayed as CUDA graphs
 
   ~Program();
 };
@@ -120,7 +122,7 @@ std::string describe_shape(at::IntArrayRef shape);
 
 // package.cpp: load the compiled package of `program` for `device` into it (BundleError when
 // the bundle has none for the device, or it was built for another machine or changed).
-void attach_package(Program& program, const BundleData& b, const c10::Device& device);
+void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options);
 
 // A module's state, for tools in this repo that time its parts (aotc-run --bench).
 struct ModuleAccess {

@@ -43,6 +43,10 @@ const char* kUsage =
     "                         would; with --train-steps, with S + k before step k\n"
     "  --optimizer-state FILE load the optimizer's state from FILE, and save it there after training\n"
     "  --device DEVICE        cpu (default) or cuda[:N]\n"
+    "  --cuda-graphs          replay the compiled CUDA packages as CUDA graphs (one recording per\n"
+    "                         input shape), as aotc.load(..., cuda_graphs=True)\n"
+    "  --warmup N             before the call, N calls on copies of the inputs, the parameters and\n"
+    "                         buffers restored after them (with --cuda-graphs the call replays)\n"
     "  --public-key PEM       require a signature by this key (repeatable; default: AOTC_PUBLIC_KEYS)\n"
     "  --check                open and load the bundle, run nothing\n"
     "  --bench N              time N calls of Module::forward and of the bare AOTInductor run\n"
@@ -52,8 +56,8 @@ const char* kUsage =
 struct Options {
   std::string bundle, inputs, output, data, optimizer_state, backward, device = "cpu";
   std::vector<std::string> keys;
-  bool keys_given = false, json = false, check = false;
-  int train_steps = 0, bench = 0;
+  bool keys_given = false, json = false, check = false, cuda_graphs = false;
+  int train_steps = 0, bench = 0, warmup = 0;
   std::optional<double> lr;
   std::optional<int64_t> seed;
 };
@@ -102,6 +106,10 @@ Options parse(int argc, char** argv) {
       o.train_steps = number(value());
     } else if (a == "--bench") {
       o.bench = number(value());
+    } else if (a == "--warmup") {
+      o.warmup = number(value());
+    } else if (a == "--cuda-graphs") {
+      o.cuda_graphs = true;
     } else if (a == "--lr") {
       std::string v = value();
       try {
@@ -217,6 +225,28 @@ void bench(aotc::Module& module, const std::vector<at::Tensor>& inputs, int n, j
   summary["bench"] = {{"calls", n}, {"forward_us", median(ours) * 1e6}, {"package_run_us", median(bare) * 1e6}};
 }
 
+// --warmup: calls on copies of the inputs (and backward, for a forward+backward bundle),
+// then the parameters and buffers put back as they were and the gradients cleared.
+void warm_up(aotc::Module& module, const Options& o, const c10::Device& device, const std::vector<std::string>& names) {
+  std::vector<at::Tensor> saved;
+  for (const auto& [name, t] : module.named_state()) saved.push_back(t.clone());
+  std::map<std::string, at::Tensor> given;
+  if (!o.backward.empty()) {
+    for (auto& [name, t] : aotc::detail::read_safetensors(o.backward)) given[name] = t.to(device);
+  }
+  for (int k = 0; k < o.warmup; ++k) {
+    aotc::Outputs out = module.forward(inputs_from(o.inputs, names, device, std::nullopt));
+    if (!o.backward.empty()) {
+      std::vector<at::Tensor> grads;
+      for (const std::string& name : out.names) grads.push_back(given.count(name) ? given[name] : at::Tensor());
+      module.backward(grads);
+    }
+  }
+  size_t i = 0;
+  for (const auto& [name, t] : module.named_state()) t.copy_(saved[i++]);
+  module.zero_grad();
+}
+
 int run(const Options& o) {
   json summary = {{"bundle", o.bundle}};
   auto start = Clock::now();
@@ -227,7 +257,9 @@ int run(const Options& o) {
   if (!bundle.signed_by().empty()) summary["signed_by"] = bundle.signed_by();
   c10::Device device(o.device);
   start = Clock::now();
-  aotc::Module module = bundle.load(device);
+  aotc::LoadOptions load_options;
+  load_options.cuda_graphs = o.cuda_graphs;
+  aotc::Module module = bundle.load(device, load_options);
   summary["load_seconds"] = seconds_since(start);
   if (o.check) {
     summary["graphs"] = bundle.graph_kinds();
@@ -251,6 +283,7 @@ int run(const Options& o) {
     if (!o.output.empty()) module.save_weights(o.output);
     if (!o.optimizer_state.empty()) module.save_optimizer_state(o.optimizer_state);
   } else {
+    if (o.warmup) warm_up(module, o, device, bundle.input_names());
     auto inputs = inputs_from(o.inputs, bundle.input_names(), device, std::nullopt);
     if (o.seed) at::manual_seed(static_cast<uint64_t>(*o.seed));
     start = Clock::now();

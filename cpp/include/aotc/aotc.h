@@ -37,6 +37,16 @@ struct OpenOptions {
   std::optional<std::vector<std::string>> public_keys;
 };
 
+// Options of Bundle::load.
+struct LoadOptions {
+  // Replay each compiled CUDA package as a CUDA graph, recorded once per input signature
+  // (at most `max_graph_shapes` of them per graph), as aotc.load(..., cuda_graphs=True):
+  // CudaGraphError where a recording could not replay eager (not CUDA, random ops, CPU
+  // inputs, a signature past the limit).
+  bool cuda_graphs = false;
+  size_t max_graph_shapes = 8;
+};
+
 // A bundle directory, opened: every listed file's size and sha256 checked, the JSON parsed
 // and validated. Runs nothing.
 class Bundle {
@@ -55,7 +65,7 @@ class Bundle {
   const std::string& signed_by() const;
 
   // Load the bundle's compiled packages for `device` (BundleError naming what is missing).
-  Module load(c10::Device device = c10::Device(c10::kCPU)) const;
+  Module load(c10::Device device = c10::Device(c10::kCPU), const LoadOptions& options = {}) const;
 
   std::shared_ptr<const BundleData> data() const { return data_; }
 

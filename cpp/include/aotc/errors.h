@@ -58,6 +58,8 @@ AOTC_ERROR(ModeError)
 AOTC_ERROR(GraphRunError)
 // A device that is not supported or not present here.
 AOTC_ERROR(DeviceError)
+// CUDA-graph replay asked for where a recording would not replay what eager does.
+AOTC_ERROR(CudaGraphError)
 
 #undef AOTC_ERROR
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The prepared GPU run (make gpu-check): on a lent GPU machine (torch 2.11.0+cu130, Python
+# 3.12, 16 cores, no network), in under 9 minutes:
+#   1. installs what the image lacks from build/gpu-wheels (make gpu-wheels, here), and aotc;
+#   2. builds the C++ runtime against that torch's libtorch (headers from the carried debs);
+#   3. runs the CUDA suite (pytest -m cuda: tests/test_cuda.py, tests/test_compile.py);
+#   4. times the GPU benchmark (benchmarks/gpu/bench.py) in the time left;
+#   5. writes $WORK/gpu-report.md and $WORK/gpu-report.json (benchmarks/gpu/gpu_report.py).
+# From this machine, with the device tool:
+#   run(command="bash benchmarks/gpu/check.sh", carry=["build/gpu-wheels"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+START=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-530}  # seconds for the whole run: under 9 minutes
+WORK=build/gpu-check  # every log; $OUT (the device tool's, at most 8 files come back) gets the report
+PY=${PYTHON:-python3}
+WHEELS=build/gpu-wheels
+SITE=/tmp/aotc-site
+DEPS=/tmp/aotc-debs
+rm -rf "$WORK" && mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/aotc-inductor AOTC_CACHE_DIR=/tmp/aotc-cache
+elapsed() { echo $(( $(date +%s) - START )); }
+log() { echo "[gpu-check $(elapsed)s] $*" | tee -a "$WORK/steps.log"; }
+
+log "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1); \
+$($PY -c 'import sys, torch; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")' 2>&1)"
+
+# 1. packages: the carried wheels and aotc itself, into a folder of their own
+test -d "$WHEELS" || { log "no $WHEELS: run make gpu-wheels here and carry it"; exit 1; }
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
+    > "$WORK/install.log" 2>&1 || { log "installing the wheels failed (install.log)"; exit 1; }
+$PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --no-cache-dir --target "$SITE" . \
+    >> "$WORK/install.log" 2>&1 || { log "installing aotc failed (install.log)"; exit 1; }
+export PYTHONPATH="$SITE"
+log "installed: $($PY -c 'import aotc, transformers, diffusers; print("aotc", aotc.__version__, "transformers", \
+transformers.__version__, "diffusers", diffusers.__version__)' 2>&1 | tail -1)"
+
+# 2. the C++ runtime, against this torch's libtorch; nlohmann-json and OpenSSL's headers from the debs
+mkdir -p "$DEPS"
+for deb in "$WHEELS"/debs/*.deb; do dpkg -x "$deb" "$DEPS"; done
+ldconfig -p | grep -q "libcrypto.so.3 " || export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+CPP=build/cpp-gpu
+{ cmake -S cpp -B "$CPP" -G Ninja $($PY cpp/cmake_args.py) -DNLOHMANN_JSON_INCLUDE="$DEPS/usr/include" \
+    -Dnlohmann_json_DIR="$DEPS/usr/share/cmake/nlohmann_json" -DOPENSSL_ROOT_DIR="$DEPS/usr" \
+    -DCMAKE_CXX_FLAGS="-I$DEPS/usr/include/x86_64-linux-gnu" && ninja -C "$CPP"; } > "$WORK/cpp-build.log" 2>&1
+if [ $? -eq 0 ]; then log "C++ runtime built ($CPP)"; else log "the C++ runtime did not build (cpp-build.log)"; fi
+export AOTC_CPP_BUILD="$PWD/$CPP"
+
+# 3. the CUDA suite, with half of what is left
+SUITE_S=$(( (BUDGET - $(elapsed)) / 2 + 30 ))
+log "the CUDA suite (at most ${SUITE_S}s)"
+timeout "$SUITE_S" $PY -m pytest -q -m cuda tests/test_cuda.py tests/test_compile.py -p no:cacheprovider -rfEs \
+    --junitxml "$WORK/cuda-suite.xml" > "$WORK/cuda-suite.log" 2>&1
+log "the CUDA suite: exit $? ($(tail -1 "$WORK/cuda-suite.log"))"
+
+# 4. the benchmark, in the time left (it records what it had no time for)
+BENCH_S=$(( BUDGET - $(elapsed) - 20 ))
+log "the benchmark (budget ${BENCH_S}s)"
+$PY benchmarks/gpu/bench.py --out "$WORK" --budget-s "$BENCH_S" > "$WORK/bench.log" 2>&1
+log "the benchmark: exit $?"
+
+# 5. one report; on the device, the report, the suite's log and every other log (one archive) to $OUT
+$PY benchmarks/gpu/gpu_report.py "$WORK" && log "wrote $WORK/gpu-report.md"
+if [ -n "${OUT:-}" ]; then
+    cp "$WORK"/gpu-report.md "$WORK"/gpu-report.json "$WORK"/cuda-suite.log "$WORK"/steps.log "$OUT"/ 2>/dev/null
+    tar -czf "$OUT/gpu-check-logs.tgz" -C "$WORK" --exclude "*.pt2" --exclude "*.safetensors" .
+fi
