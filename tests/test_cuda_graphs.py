@@ -5,7 +5,10 @@ suite (tests/test_cuda.py)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import torch
 
 import aotc
 from aotc.errors import CudaGraphError
@@ -52,3 +55,36 @@ def test_aotc_run_refuses_cuda_graphs_off_cuda(cpp_build, sample_bundles, compil
     assert result.returncode == 1
     assert result.stderr.strip().endswith(
         "cuda_graphs records CUDA kernels; this module is loaded for 'cpu'. Load it for cuda.")
+
+
+def test_aotc_run_warmup_leaves_the_call_as_a_single_one(cpp_build, sample_bundles, compiled, tmp_path):
+    """--warmup N calls on copies of the inputs, then puts the module's state back and clears
+    its gradients: the call after it writes what a single call does (inplace mutates its
+    input y; mlp's forward+backward updates BatchNorm's statistics and the gradients)."""
+    from safetensors.torch import load_file, save_file
+
+    from conftest import fresh_sample
+
+    inplace = shutil.copytree(sample_bundles[("inplace", "inference")][0], tmp_path / "inplace")
+    aotc.compile(inplace)  # the session compiles mlp's bundles, not this one
+    bundles = {("inplace", "inference"): inplace, ("mlp", "autograd"): sample_bundles[("mlp", "autograd")][0]}
+
+    def run(name: str, mode: str, *flags) -> dict:
+        bundle = bundles[(name, mode)]
+        spec = fresh_sample(name)
+        names = [u.name for u in aotc.Bundle.open(bundle).signature.user_inputs]
+        save_file(dict(zip(names, [t.contiguous() for t in spec.args])), tmp_path / "in.safetensors")
+        out = tmp_path / "out.safetensors"
+        result = aotc_run(bundle, "--inputs", tmp_path / "in.safetensors", "--output", out, *flags)
+        assert result.returncode == 0, result.stderr
+        return load_file(out)
+
+    def same(a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+    assert same(run("inplace", "inference"), run("inplace", "inference", "--warmup", "2"))
+    outputs = run("mlp", "autograd")
+    save_file({k: torch.ones_like(v) for k, v in outputs.items()}, tmp_path / "grads.safetensors")
+    once = run("mlp", "autograd", "--backward", tmp_path / "grads.safetensors")
+    assert any(k.startswith("grad:") for k in once)
+    assert same(once, run("mlp", "autograd", "--backward", tmp_path / "grads.safetensors", "--warmup", "2"))
