@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from aotc.bundle.schema import Metadata, ModelInfo
 from aotc.capture import MODES, Capture, CaptureOptions, capture
 from aotc.capture.breaks import describe, report
 from aotc.capture.inputs import bind_call
+from aotc.capture.module_copy import copy_module
 from aotc.capture.optimizer_step import fuse_optimizer
 from aotc.contract import optimizers
 from aotc.contract.call_inputs import unwrap
@@ -199,7 +199,7 @@ def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple
 
     with torch.no_grad():
         try:
-            breaks = report(copy.deepcopy(module), args, kwargs)
+            breaks = report(copy_module(module), args, kwargs)
         except Exception:  # the report is a help; the capture error stands without it
             return error
     if not breaks:

@@ -274,6 +274,14 @@ def test_refusals_name_what_python_names(inference_bundles, tmp_path):
     (planted / "compiled" / "cpu" / "libevil.so").write_bytes(b"\x7fELF")
     assert refused(planted) == f"Error: {python_error(lambda: aotc.load(planted, backend='aoti'))}"
 
+    # a link to itself: refused by what it is, never followed (following it fails with ELOOP)
+    looped = shutil.copytree(inference_bundles["mlp"], tmp_path / "looped")
+    (looped / "metadata.json").unlink()
+    (looped / "metadata.json").symlink_to("metadata.json")
+    assert refused(looped) == (f"Error: Bundle '{looped}': 'metadata.json' is a symbolic link; a bundle holds "
+                               "plain files only.")
+    assert refused(looped) == f"Error: {python_error(lambda: aotc.load(looped, backend='aoti'))}"
+
 
 def test_signed_bundles_with_keys_configured(inference_bundles, tmp_path):
     """With a key configured: a bundle it signed runs; the same bundle with another

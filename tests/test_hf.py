@@ -226,3 +226,22 @@ def test_side_effects_threaded_by_effect_tokens_are_refused(tmp_path):
     with pytest.raises(CaptureError, match="operator with side effects"):
         aotc.export(Prints(), (torch.randn(2),), tmp_path / "b")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_model_holding_state_from_its_last_call_exports(tmp_path):
+    """RecurrentGemma caches its recurrent and convolution states as attributes, computed with
+    history when the user ran it under grad mode first: export's copies of the model (its
+    checks, the references) take them detached instead of crashing in copy.deepcopy."""
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    torch.manual_seed(0)
+    config = RecurrentGemmaConfig(num_hidden_layers=2, vocab_size=128, hidden_size=32, intermediate_size=64,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, lru_width=32,
+                                  attention_window_size=16, conv1d_width=4, block_types=["recurrent", "attention"])
+    model = RecurrentGemmaForCausalLM(config).eval()
+    tokens = torch.randint(0, 128, (1, 8))
+    model(tokens)  # as a user tries the model before exporting it
+    assert not model.model.layers[0].temporal_block.rg_lru.recurrent_states.is_leaf
+    loaded = aotc.load(aotc.export(model, (tokens,), tmp_path / "b").path, backend="fx")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens).logits, model(tokens).logits)

@@ -6,6 +6,7 @@ library never runs. Without keys, loading compiled code says what it is trusted 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import aotc
-from aotc.errors import SignatureError, UnsignedNativeCodeWarning
+from aotc.errors import BundleError, SignatureError, UnsignedNativeCodeWarning
 from conftest import ROOT, invoke, rehash
 
 pytest.importorskip("model_signing", reason="the sign extra (make test installs it)")
@@ -289,3 +290,26 @@ def test_keys_of_the_wrong_kind_are_refused_by_name(signed, tmp_path):
     (tmp_path / "junk.pub").write_text("not a key")
     with pytest.raises(SignatureError, match="is not a PEM public key"):
         aotc.load(path, public_keys=tmp_path / "junk.pub")
+
+
+def test_a_linked_signature_is_refused_before_anything_it_points_to_is_read(signed, tmp_path, monkeypatch):
+    """model.sig as a link to a file outside the bundle: refused by lstat, by name, and the
+    file it points to is never opened (model-signing would read it, and every linked file)."""
+    import builtins
+
+    path, keys, _, _ = signed
+    copy = _copy(path, tmp_path / "linked")
+    outside = tmp_path / "outside.sig"
+    shutil.copy(copy / "model.sig", outside)
+    (copy / "model.sig").unlink()
+    (copy / "model.sig").symlink_to(outside)
+    opened = []
+    real_open, real_os_open = builtins.open, os.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
+    monkeypatch.setattr(os, "open", lambda f, *a, **k: (opened.append(str(f)), real_os_open(f, *a, **k))[1])
+    with pytest.raises(BundleError) as e:
+        aotc.load(copy, backend="aoti", public_keys=[keys["a"][1]])
+    assert str(e.value) == f"Bundle '{copy}': 'model.sig' is a symbolic link; a bundle holds plain files only."
+    assert not [f for f in opened if "outside" in f or f.endswith("model.sig")]
+    result = invoke("diff", path, copy)  # aotc diff reads model.sig too: refused, not followed
+    assert result.exit_code == 2 and "'model.sig' is a symbolic link" in result.stderr  # diff's refusal: 2

@@ -297,6 +297,20 @@ def _read_manifest(root: Path) -> Manifest:
     return manifest
 
 
+def link_error(root: Path, rel: str) -> BundleError:
+    return BundleError(f"Bundle '{root}': '{rel}' is a symbolic link; a bundle holds plain files only.")
+
+
+def refuse_links(root: Path) -> None:
+    """A link anywhere in the bundle is refused, seen with lstat before anything is opened:
+    opening it would read what it points to, which may be outside the bundle."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = Path(dirpath) / name
+            if stat.S_ISLNK(os.lstat(full).st_mode):
+                raise link_error(root, full.relative_to(root).as_posix())
+
+
 def _check_listing(root: Path, manifest: Manifest) -> None:
     """The directory holds exactly the files the manifest lists, and no links."""
     where = f"{root}/{MANIFEST}"
@@ -322,7 +336,7 @@ def _check_listing(root: Path, manifest: Manifest) -> None:
             rel = full.relative_to(root).as_posix()
             mode = os.lstat(full).st_mode
             if stat.S_ISLNK(mode):
-                raise BundleError(f"Bundle '{root}': '{rel}' is a symbolic link; a bundle holds plain files only.")
+                raise link_error(root, rel)
             if name in filenames and rel not in (MANIFEST, SIGNATURE_FILE):  # model.sig: aotc.bundle.signing
                 if not stat.S_ISREG(mode):
                     raise BundleError(f"Bundle '{root}': '{rel}' is not a regular file.")

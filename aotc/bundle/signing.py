@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from aotc.bundle.files import SIGNATURE_FILE
+from aotc.bundle.files import SIGNATURE_FILE, link_error, refuse_links
 from aotc.errors import BundleError, SignatureError, UnsignedNativeCodeWarning
 from aotc.optional_deps import require
 
@@ -130,6 +130,7 @@ def sign(path: str | Path, private_key: str | Path, password: str | None = None)
 def check_signature(path: str | Path, keys: list[Path]) -> SignatureStatus:
     """The bundle's signature against `keys` (see SignatureStatus)."""
     root = Path(path)
+    refuse_links(root)  # model-signing reads every file, and model.sig, through any link
     signature = root / SIGNATURE_FILE
     if not signature.is_file():
         return SignatureStatus("unsigned")
@@ -233,6 +234,8 @@ def signature_summary(path: str | Path) -> dict | None:
     the signing key's hint (the sha256 of its public key) and the signature file's sha256;
     None when unsigned."""
     signature = Path(path) / SIGNATURE_FILE
+    if signature.is_symlink():
+        raise link_error(Path(path), SIGNATURE_FILE)
     if not signature.is_file():
         return None
     raw = signature.read_bytes()

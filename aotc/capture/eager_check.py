@@ -21,6 +21,7 @@ from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.schema import ProgramMeta
 from aotc.capture.grad_paths import GradPaths, target_nodes, walk
+from aotc.capture.module_copy import copy_module
 from aotc.contract.aliasing import clone_like, geometry
 from aotc.errors import CaptureError
 
@@ -62,7 +63,7 @@ def observe(program: torch.nn.Module, flat_user: list, in_spec, training: bool) 
     flags = [t.requires_grad if isinstance(t, torch.Tensor) else None for t in inputs]
     grad_fns = [t.grad_fn if isinstance(t, torch.Tensor) else None for t in inputs]
     args, kwargs = pytree.tree_unflatten(inputs, in_spec)
-    program = copy.deepcopy(program)
+    program = copy_module(program)
     params = dict(program.named_parameters())
     leaves, nodes = target_nodes(inputs, params)
     attributes = python_state(program)
@@ -155,7 +156,7 @@ def outputs_with_history(program: torch.nn.Module, flat_user: list, in_spec) -> 
     """For an inference capture (traced without grad): the user outputs eager gives a
     grad_fn when called under grad mode with every floating-point parameter requiring
     grad. None when eager cannot run so (the runtime then assumes every float output)."""
-    model = copy.deepcopy(program)
+    model = copy_module(program)
     for p in model.parameters():
         if p.is_floating_point() or p.is_complex():
             p.requires_grad_(True)

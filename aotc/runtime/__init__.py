@@ -45,16 +45,16 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     if backend == "auto":
         # the compiled artifact for this device when the bundle has one, else the fx graphs
         backend = "aoti" if formats.get("aoti").has_artifacts(bundle, device) else "fx"
-    replay = None
+    extra = {}  # the aoti format's keyword: its packages replayed as CUDA graphs
     if cuda_graphs:
-        aoti = formats.get("aoti")
-        drawn = {kind: aoti.drawn_random(bundle, kind, device) for kind in bundle.graph_kinds} if backend == "aoti" else {}
-        replay = cuda_graph_options(cuda_graphs, device, backend, drawn, str(bundle.path))
+        drawn = {}
+        if backend == "aoti":
+            drawn = {kind: formats.get("aoti").drawn_random(bundle, kind, device) for kind in bundle.graph_kinds}
+        extra["cuda_graphs"] = cuda_graph_options(cuda_graphs, device, backend, drawn, str(bundle.path))
     if backend == "aoti" and signed is None:
         tell_native_code_trusted(bundle.path)
     fmt = formats.get(backend)
-    graphs = {kind: fmt.load_graph(bundle, kind, device, cuda_graphs=replay) if replay else fmt.load_graph(bundle, kind, device)
-              for kind in bundle.graph_kinds}
+    graphs = {kind: fmt.load_graph(bundle, kind, device, **extra) for kind in bundle.graph_kinds}
     try:
         return LoadedModule(bundle, graphs, device, mode, backend, trusted_subclasses)
     except AotcError:

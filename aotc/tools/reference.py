@@ -9,11 +9,11 @@ runs on a copy of the model under a fixed seed, so the caller's model is untouch
 
 from __future__ import annotations
 
-import copy
 
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.capture.module_copy import copy_module
 from aotc.contract import optimizers
 from aotc.contract.subclasses import dense_leaves
 from aotc.tools.observe import SEED, Record, input_key, is_input_entry, observe
@@ -62,7 +62,7 @@ def compute(model: torch.nn.Module, args, kwargs, names: list[str], mode: str, l
     of thousands through a dozen BatchNorms (torchvision's DeepLabV3) carry noise of 0.1,
     and a gradient that is exactly zero carries its rounding alone; a wrong graph is off
     by far more (checked against perturbed and miswired graphs)."""
-    ref = run_eager(copy.deepcopy(model).train(training), args, kwargs, names, mode, loss_fn, optimizer=optimizer)
+    ref = run_eager(copy_module(model).train(training), args, kwargs, names, mode, loss_fn, optimizer=optimizer)
     tolerances = {k: tolerance(v) for k, v in ref.items() if not is_input_entry(k)}
     if optimizer is None:
         for k, noise in _float64_noise(model, args, kwargs, names, mode, loss_fn, training, ref).items():
@@ -81,7 +81,7 @@ def _float64_noise(model, args, kwargs, names, mode, loss_fn, training, ref: Rec
         return t.detach().double().requires_grad_(t.requires_grad)
 
     try:
-        model64 = copy.deepcopy(model).double().train(training)
+        model64 = copy_module(model).double().train(training)
         args64, kwargs64 = pytree.tree_map(to64, (args, kwargs))
         given = {k: v.double() for k, v in ref.items() if k.startswith("grad_output")}
         ref64 = run_eager(model64, args64, kwargs64, names, mode, loss_fn, given=given)

@@ -40,6 +40,7 @@ from aotc.bundle.regions_schema import Region, RegionGroup, RegionsManifest
 from aotc.bundle.schema import FORMAT_VERSION, ModelInfo, to_json
 from aotc.capture.breaks import report
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
+from aotc.capture.module_copy import copy_module
 from aotc.errors import CaptureError, RegionError
 from aotc.runtime.regional import (  # noqa: F401 (public here before)
     REGIONS,
@@ -191,7 +192,7 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
     mode = "eval" if graphs == ("inference",) else "train"
     with torch.no_grad():
         try:
-            breaks = report(copy.deepcopy(model), args, kwargs)
+            breaks = report(copy_module(model), args, kwargs)
         except Exception:  # the report is a help, not a requirement
             breaks = []
 

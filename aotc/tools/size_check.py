@@ -12,7 +12,6 @@ says so.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle
 from aotc.bundle.schema import Metadata, TensorMeta
+from aotc.capture.module_copy import copy_module
 from aotc.tools.reference import run_eager
 from aotc.tools.verify import compare, run_artifact
 
@@ -43,7 +43,7 @@ def _cut(flat: list, metas: list[TensorMeta], symbol: str, size: int) -> list | 
 def _replays(root: Path, module, inputs, names, mode: str, loss, training: bool) -> bool:
 
     try:
-        expected = run_eager(copy.deepcopy(module).train(training), *inputs, names, mode, loss)
+        expected = run_eager(copy_module(module).train(training), *inputs, names, mode, loss)
     except Exception:  # eager itself does not take this size: neither will the bundle
         return False
     try:

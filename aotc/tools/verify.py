@@ -16,7 +16,6 @@ on a bundle from someone you do not trust, whose compiled artifacts are native c
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from aotc._torch_compat import pytree
 from aotc.bundle.archives import check_compiled_package, check_graph_archive, check_safetensors, load_safetensors
 from aotc.bundle.files import Bundle
 from aotc.bundle.signing import check_signature, require_signature, signed_root
+from aotc.capture.module_copy import copy_module
 from aotc.contract.aliasing import StrideGuard, dense_strides, realias
 from aotc.contract.outputs import load_spec
 from aotc.devices import resolve_device
@@ -332,9 +332,9 @@ def verify_regions(path, model: str | None, rtol, atol, run: bool = True, checkp
     training = rb.manifest.graph_kinds != ["inference"]
     names = [f"input:{i}" for i in range(len(pytree.tree_leaves((spec.args, spec.kwargs))))]
     mode = "autograd" if training else "inference"
-    expected = run_eager(copy.deepcopy(spec.module).train(training), spec.args, spec.kwargs, names, mode)
+    expected = run_eager(copy_module(spec.module).train(training), spec.args, spec.kwargs, names, mode)
     for backend in backends:
-        regional = apply(rb.path, copy.deepcopy(spec.module).train(training), backend=backend,
+        regional = apply(rb.path, copy_module(spec.module).train(training), backend=backend,
                          trusted_subclasses=trusted, public_keys=public_keys)
         actual = observe(regional, spec.args, spec.kwargs, names, mode)
         report.checks += compare(f"model with regions ({backend})", expected, actual, {}, override)
@@ -364,7 +364,7 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
     for sample in range(samples):
         inputs = caller_inputs(bundle, random_inputs(bundle.metadata, in_spec, seed=sample + 1, vary_dynamic=True),
                                trusted)
-        expected = run_eager(copy.deepcopy(model).train(bundle.metadata.training), *inputs, names, mode,
+        expected = run_eager(copy_module(model).train(bundle.metadata.training), *inputs, names, mode,
                              loss, grad_seed=sample + 1, optimizer=optimizer, device=device)
         for k, (label, backend, device) in enumerate(found):
             if on_artifact:

@@ -236,7 +236,8 @@ void check_listing(const BundleData& b, const fs::path& root) {
     }
   }
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
-    std::string rel = fs::relative(it->path(), root).generic_string();
+    // lexically: fs::relative would resolve the entry, following a link (ELOOP on one to itself)
+    std::string rel = it->path().lexically_relative(root).generic_string();
     struct stat st;
     lstat(it->path().c_str(), &st);
     if (S_ISLNK(st.st_mode)) {
