@@ -119,3 +119,12 @@ def test_the_gpu_report_says_which_figures_a_run_met(tmp_path):
     assert figures["fused step >= eager fused torch.optim"]["met"] is None
     report = (tmp_path / "gpu-report.md").read_text()
     assert "- **failed** `test_cuda::test_the_cpp_runtime_serves_bitwise_as_python[mlp-plain]`: assert False" in report
+
+
+def test_a_suite_cut_at_its_time_limit_has_not_passed():
+    from benchmarks.gpu.gpu_report import figures
+
+    tests = {"test_cuda::test_a": {"outcome": "passed", "message": "", "seconds": 1.0}}
+    assert figures(tests, [], suite_exit=0)[0]["met"] is True
+    cut = figures(tests, [], suite_exit=2)[0]
+    assert cut["met"] is False and cut["value"].endswith("interrupted at its time limit")

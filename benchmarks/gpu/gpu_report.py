@@ -41,9 +41,11 @@ def suite(xml: Path) -> dict:
     return {"ran": True, "tests": tests}
 
 
-def figures(tests: dict, rows: list[dict]) -> list[dict]:
-    """Each figure the issue sets: its value in this run and whether it is met (None: not measured)."""
+def figures(tests: dict, rows: list[dict], suite_exit: int | None = None) -> list[dict]:
+    """Each figure the issue sets: its value in this run and whether it is met (None: not
+    measured). `suite_exit` 2: pytest was interrupted at its time limit, so not every test ran."""
     outcomes = [t["outcome"] for t in tests.values()]
+    interrupted = suite_exit == 2
     cpp = {n: t["outcome"] for n, t in tests.items() if "cpp_runtime" in n}
     by_pair = {(g.aotc, g.other): g for g in geomeans(rows)}
 
@@ -54,9 +56,9 @@ def figures(tests: dict, rows: list[dict]) -> list[dict]:
 
     return [
         {"figure": "every CUDA test passes", "value": f"{outcomes.count('passed')} passed, "
-         f"{outcomes.count('failed') + outcomes.count('error')} failed, {outcomes.count('skipped')} skipped",
-         "met": (bool(outcomes) and outcomes.count("failed") + outcomes.count("error") + outcomes.count("skipped") == 0)
-         if outcomes else None},
+         f"{outcomes.count('failed') + outcomes.count('error')} failed, {outcomes.count('skipped')} skipped"
+         + ("; interrupted at its time limit" if interrupted else ""),
+         "met": (not interrupted and outcomes.count("passed") == len(outcomes)) if outcomes else None},
         {"figure": "C++ equals Python bitwise on the GPU (serving and training)",
          "value": (f"{list(cpp.values()).count('passed')} of {len(cpp)} tests passed; not passed: "
                    + (", ".join(n.split("::")[1] for n, o in sorted(cpp.items()) if o != "passed") or "none"))
@@ -95,7 +97,9 @@ def main(folder: str) -> int:
     run = Path(folder)
     tests = suite(run / "cuda-suite.xml")["tests"]
     bench = json.loads((run / "gpu-bench.json").read_text()) if (run / "gpu-bench.json").is_file() else {}
-    figs = figures(tests, bench.get("rows", []))
+    exit_file = run / "cuda-suite.exit"
+    suite_exit = int(exit_file.read_text()) if exit_file.is_file() else None
+    figs = figures(tests, bench.get("rows", []), suite_exit)
     (run / "gpu-report.md").write_text(render(run, tests, figs))
     (run / "gpu-report.json").write_text(json.dumps(
         {"figures": figs, "suite": tests, "environment": bench.get("environment")}, indent=1))
