@@ -69,6 +69,10 @@ std::vector<at::Tensor> CudaGraphRun::run(torch::inductor::AOTIModelPackageLoade
   std::vector<int64_t> key;
   for (size_t i : m.copied) {
     const at::Tensor& a = args[i];
+    if (!a.defined()) {  // an input the package takes as undefined stays so
+      key.push_back(-1);
+      continue;
+    }
     key.push_back(a.dim());
     key.insert(key.end(), a.sizes().begin(), a.sizes().end());
     key.insert(key.end(), a.strides().begin(), a.strides().end());
@@ -76,12 +80,14 @@ std::vector<at::Tensor> CudaGraphRun::run(torch::inductor::AOTIModelPackageLoade
     key.push_back(a.device().index());
   }
   std::vector<const void*> fixed;
-  for (size_t i : m.fixed) fixed.push_back(args[i].data_ptr());
+  for (size_t i : m.fixed) fixed.push_back(args[i].defined() ? args[i].data_ptr() : nullptr);
   std::lock_guard<std::mutex> hold(m.lock);
   auto it = m.recordings.find(key);
   if (it != m.recordings.end() && it->second.fixed == fixed) {
     Impl::Recording& rec = it->second;
-    for (size_t i : m.copied) rec.inputs[i].copy_(args[i]);
+    for (size_t i : m.copied) {
+      if (args[i].defined()) rec.inputs[i].copy_(args[i]);
+    }
     rec.graph->replay();
     std::vector<at::Tensor> out;
     out.reserve(rec.outputs.size());
@@ -98,7 +104,9 @@ std::vector<at::Tensor> CudaGraphRun::run(torch::inductor::AOTIModelPackageLoade
   }
   if (it == m.recordings.end() && m.recordings.size() >= m.max_shapes) {
     std::string shapes;
-    for (size_t i : m.copied) shapes += (shapes.empty() ? "" : ", ") + shape_text(args[i].sizes());
+    for (size_t i : m.copied) {
+      shapes += (shapes.empty() ? "" : ", ") + (args[i].defined() ? shape_text(args[i].sizes()) : std::string("None"));
+    }
     throw CudaGraphError(m.what + " has recorded " + std::to_string(m.recordings.size()) +
                          " input shapes, its limit; this call's [" + shapes + "] would be another. A CUDA graph holds "
                          "fixed sizes: pad inputs to the sizes recorded, load with more recordings, or without "
@@ -108,14 +116,24 @@ std::vector<at::Tensor> CudaGraphRun::run(torch::inductor::AOTIModelPackageLoade
   Impl::Recording rec;
   rec.fixed = fixed;
   rec.inputs = args;
-  for (size_t i : m.copied) rec.inputs[i] = at::empty_strided(args[i].sizes(), args[i].strides(), args[i].options()).copy_(args[i]);
-  c10::cuda::CUDAGuard device_guard(args.empty() ? c10::Device(c10::kCUDA, 0) : args[0].device());
+  for (size_t i : m.copied) {
+    if (args[i].defined()) rec.inputs[i] = at::empty_strided(args[i].sizes(), args[i].strides(), args[i].options()).copy_(args[i]);
+  }
+  c10::Device device(c10::kCUDA, 0);
+  for (const at::Tensor& a : args) {
+    if (a.defined()) {
+      device = a.device();
+      break;
+    }
+  }
+  c10::cuda::CUDAGuard device_guard(device);
   if (!m.pool) m.pool = at::cuda::graph_pool_handle();
   if (!m.stream) m.stream = c10::cuda::getStreamFromPool();
   c10::cuda::getCurrentCUDAStream().synchronize();
   {
     c10::cuda::CUDAStreamGuard on(*m.stream);  // cuBLAS's workspace for this stream, made outside the recording
-    at::mm(at::ones({1, 1}, args[0].options().dtype(at::kFloat)), at::ones({1, 1}, args[0].options().dtype(at::kFloat)));
+    at::Tensor one = at::ones({1, 1}, at::TensorOptions().device(device).dtype(at::kFloat));
+    at::mm(one, one);
     m.stream->synchronize();
   }
   rec.graph = std::make_unique<at::cuda::CUDAGraph>();
