@@ -77,6 +77,15 @@ def options_for(setting, device: torch.device, backend: str, random_ops: dict[st
     return CudaGraphOptions(max_shapes=max_shapes)
 
 
+def _signature(t) -> tuple | None:
+    """What a recording fixes of one copied input; None for an input the package takes as None."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _shapes(key: tuple) -> list:
+    return [None if k is None else tuple(k[0]) for k in key]
+
+
 @dataclass
 class _Recording:
     graph: torch.cuda.CUDAGraph
@@ -100,14 +109,15 @@ class CudaGraphRun:
 
     def __call__(self, args: list) -> list:
         copied = self._copied
-        key = tuple((args[i].shape, args[i].stride(), args[i].dtype, args[i].device) for i in copied)
+        key = tuple(_signature(args[i]) for i in copied)
         fixed = tuple(args[i].data_ptr() for i in self._fixed)
         with self._lock:
             rec = self._recordings.get(key)
             if rec is None or rec.fixed != fixed:
                 return self._first_run(args, key, fixed)
             for i in copied:
-                rec.inputs[i].copy_(args[i])
+                if args[i] is not None:
+                    rec.inputs[i].copy_(args[i])
             rec.graph.replay()
             return [o.clone() if isinstance(o, torch.Tensor) else o for o in rec.outputs]
 
@@ -122,10 +132,10 @@ class CudaGraphRun:
                 "cuda_graphs."
             )
         if key not in self._recordings and len(self._recordings) >= self._options.max_shapes:
-            shapes = ", ".join(str([tuple(s) for s, *_ in k]) for k in list(self._recordings)[:3])
+            shapes = ", ".join(str(_shapes(k)) for k in list(self._recordings)[:3])
             raise CudaGraphError(
                 f"{self._what} has recorded {len(self._recordings)} input shapes ({shapes}, ...), its limit; "
-                f"this call's {[tuple(s) for s, *_ in key]} would be another. A CUDA graph holds fixed sizes: "
+                f"this call's {_shapes(key)} would be another. A CUDA graph holds fixed sizes: "
                 "pad inputs to the sizes recorded, load with cuda_graphs=N for more recordings, or without "
                 "cuda_graphs for a dynamic shape."
             )
@@ -137,10 +147,12 @@ class CudaGraphRun:
         inputs = list(args)
         for i in self._copied:
             a = args[i]
-            inputs[i] = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+            if a is not None:
+                inputs[i] = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
         o = self._options
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
         with torch.cuda.stream(o.stream):  # cuBLAS's workspace for the recording stream, made outside it
-            torch.mm(torch.ones(1, 1, device=args[0].device), torch.ones(1, 1, device=args[0].device))
+            torch.mm(torch.ones(1, 1, device=device), torch.ones(1, 1, device=device))
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=o.pool, stream=o.stream):
