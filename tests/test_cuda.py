@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import aotc
+from aotc._torch_compat import pytree
 from aotc.contract import optimizers
 from aotc.errors import CudaGraphError, DeviceError, FrozenWeightsError, InputError, SignatureError
 from aotc.sources.model_file import load_model
@@ -103,11 +104,11 @@ def cuda_bundles(tmp_path_factory) -> Bundles:
 
 
 def _on(tree, device=DEVICE):
-    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), tree)
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), tree)
 
 
 def _clone(tree):
-    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), tree)
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), tree)
 
 
 # ------------------------------------------------------------- every sample, every kind
@@ -329,7 +330,7 @@ def _python_outputs(path: Path, inputs: dict, cuda_graphs: bool) -> dict:
     for _ in range(calls):
         given = [inputs[n].to(DEVICE).clone() for n in names]
         out = loaded(*given)
-    leaves = torch.utils._pytree.tree_leaves(out)
+    leaves = pytree.tree_leaves(out)
     return {"leaves": [t.cpu() for t in leaves], "after": {n: t.cpu() for n, t in zip(names, given)}}
 
 
