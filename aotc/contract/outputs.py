@@ -12,7 +12,7 @@ paths and are pytree nodes with a JSON-serialisable context, so `signature.json`
 | tensor, tuple, list, dict, None, number | the same |
 | `collections.namedtuple` / `typing.NamedTuple` | `NamedTupleOutput`: a tuple with the same type name and fields, read by attribute, position, `_fields`, `_asdict()` |
 | transformers `ModelOutput` | `aotc.contract.outputs.ModelOutput`: `out.logits`, `out["logits"]`, `out[0]`, `out[1:]`, `to_tuple()`, `keys()`, iteration in field order; `None` fields are not keys and read as `None` |
-| `DynamicCache`, `StaticCache` | `KVCache`: `layers[i].keys` / `.values`, `len()`, `cache[i] -> (keys, values)`, `get_seq_length()`, `to_legacy_cache()` |
+| `DynamicCache`, `StaticCache`, a model's own cache | `KVCache`: `layers[i]` with the eager layer's tensors and settings (`.keys`, `.values`, `.conv_states[0]`, `.sliding_window`, ...), `len()`, `cache[i] -> (keys, values)`, `get_seq_length()`, `to_legacy_cache()` (aotc.contract.caches) |
 | `EncoderDecoderCache` | `EncoderDecoderKVCache`: `self_attention_cache`, `cross_attention_cache` (each a `KVCache`), `len()`, `get_seq_length()` |
 | diffusers `BaseOutput` (`UNet2DConditionOutput`, `DecoderOutput`, ...) | `ModelOutput`, as transformers' |
 | `torch.return_types`, dataclasses registered with pytree, diffusers' Gaussian | see aotc.contract.more_outputs |
@@ -29,14 +29,14 @@ from __future__ import annotations
 import keyword
 import sys
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
 
 from aotc._torch_compat import pytree
+from aotc.contract import caches
+from aotc.contract.caches import CACHE_CONTAINERS, CacheLayer, EncoderDecoderKVCache, KVCache  # noqa: F401 (re-exported)
 from aotc.contract.more_outputs import PLAIN_CONTAINERS, library_output
-from aotc.errors import CaptureError
 
 
 def _transformers_class(name: str, module: str) -> type | None:
@@ -200,76 +200,6 @@ def _namedtuple_load(dumped) -> tuple:
     return type_name, fields
 
 
-# ----------------------------------------------------------------------- caches
-
-
-@dataclass(frozen=True)
-class CacheLayer:
-    """One layer of a key/value cache: tensors of shape (batch, kv_heads, length, head_dim)."""
-
-    keys: torch.Tensor
-    values: torch.Tensor
-
-
-class KVCache:
-    """A transformers `DynamicCache` or `StaticCache` as returned by a loaded bundle:
-    `layers[i].keys` and `.values` as on the eager cache, and the legacy pair access."""
-
-    def __init__(self, layers: Iterable[CacheLayer]):
-        self.layers = list(layers)
-
-    def __len__(self) -> int:
-        return len(self.layers)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        layer = self.layers[i]
-        return layer.keys, layer.values
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.layers[layer_idx].keys.shape[-2] if layer_idx < len(self.layers) else 0
-
-    def to_legacy_cache(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-        return tuple(self)
-
-    def __repr__(self) -> str:
-        return f"KVCache({len(self)} layers, length {self.get_seq_length()})"
-
-
-class EncoderDecoderKVCache:
-    """A transformers `EncoderDecoderCache`: the decoder's self-attention cache and the
-    cross-attention cache over the encoder's output."""
-
-    def __init__(self, self_attention_cache: KVCache, cross_attention_cache: KVCache):
-        self.self_attention_cache = self_attention_cache
-        self.cross_attention_cache = cross_attention_cache
-
-    def __len__(self) -> int:
-        return len(self.self_attention_cache)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
-        return (*self.self_attention_cache[i], *self.cross_attention_cache[i])
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.self_attention_cache.get_seq_length(layer_idx)
-
-    def to_legacy_cache(self) -> tuple[tuple[torch.Tensor, ...], ...]:
-        return tuple(self)
-
-    def __repr__(self) -> str:
-        return f"EncoderDecoderKVCache({len(self)} layers)"
-
-
-def _no_context(dumped) -> None:
-    if dumped is not None:
-        raise ValueError("this node has no context")
-
-
 def _register() -> None:
     """aotc's output containers as pytree nodes, with names that signature.json records."""
     registered = pytree.SUPPORTED_NODES
@@ -287,44 +217,12 @@ def _register() -> None:
         flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey(f), v) for f, v in zip(t._field_names, t)],
                                         (t._type_name, t._field_names)),
     )
-    pytree.register_pytree_node(
-        CacheLayer, lambda c: ([c.keys, c.values], None), lambda v, _: CacheLayer(*v),
-        serialized_type_name="aotc.CacheLayer", to_dumpable_context=lambda _: None, from_dumpable_context=_no_context,
-        flatten_with_keys_fn=lambda c: ([(pytree.GetAttrKey("keys"), c.keys), (pytree.GetAttrKey("values"), c.values)],
-                                        None),
-    )
-    pytree.register_pytree_node(
-        KVCache, lambda c: (list(c.layers), None), lambda v, _: KVCache(v),
-        serialized_type_name="aotc.KVCache", to_dumpable_context=lambda _: None, from_dumpable_context=_no_context,
-        flatten_with_keys_fn=lambda c: ([(pytree.SequenceKey(i), x) for i, x in enumerate(c.layers)], None),
-    )
-    pytree.register_pytree_node(
-        EncoderDecoderKVCache, lambda c: ([c.self_attention_cache, c.cross_attention_cache], None),
-        lambda v, _: EncoderDecoderKVCache(*v), serialized_type_name="aotc.EncoderDecoderKVCache",
-        to_dumpable_context=lambda _: None, from_dumpable_context=_no_context,
-        flatten_with_keys_fn=lambda c: ([(pytree.GetAttrKey("self_attention_cache"), c.self_attention_cache),
-                                         (pytree.GetAttrKey("cross_attention_cache"), c.cross_attention_cache)], None),
-    )
 
 
 _register()
 
 
 # ----------------------------------------------------------------------- capture side
-
-
-def _cache_layers(cache: Any) -> KVCache:
-    layers = []
-    for i, layer in enumerate(getattr(cache, "layers", [])):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
-            raise CaptureError(
-                f"layer {i} of the {type(cache).__name__} in the model's output is a "
-                f"{type(layer).__name__} without key and value tensors; aotc returns caches as "
-                "keys and values per layer. Pass use_cache=False, or drop the cache from the output."
-            )
-        layers.append(CacheLayer(keys, values))
-    return KVCache(layers)
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -335,20 +233,16 @@ def plain_outputs(value: Any) -> Any:
     """`value` with every library object replaced by aotc's containers (see module doc)."""
     if isinstance(value, torch.Tensor) or value is None or isinstance(value, (int, float, bool, str)):
         return value
-    if isinstance(value, (ModelOutput, KVCache, EncoderDecoderKVCache, NamedTupleOutput, *PLAIN_CONTAINERS)):
+    if isinstance(value, (ModelOutput, NamedTupleOutput, *CACHE_CONTAINERS, *PLAIN_CONTAINERS)):
         return value
     model_output = _transformers_class("ModelOutput", "transformers.utils.generic")
     base_output = _transformers_class("BaseOutput", "diffusers.utils.outputs")  # diffusers' ModelOutput
     if any(cls is not None and isinstance(value, cls) for cls in (model_output, base_output)):
         fields = [f.name for f in getattr(type(value), "__dataclass_fields__", {}).values()] or list(value.keys())
         return ModelOutput(type(value).__name__, fields, ((k, plain_outputs(v)) for k, v in value.items()))
-    cache = _transformers_class("Cache", "transformers.cache_utils")
-    if cache is not None and isinstance(value, cache):
-        encoder_decoder = _transformers_class("EncoderDecoderCache", "transformers.cache_utils")
-        if encoder_decoder is not None and isinstance(value, encoder_decoder):
-            return EncoderDecoderKVCache(_cache_layers(value.self_attention_cache),
-                                         _cache_layers(value.cross_attention_cache))
-        return _cache_layers(value)
+    cache = caches.from_library(value)
+    if cache is not None:
+        return cache
     library = library_output(value, plain_outputs)  # torch.return_types, dataclasses, diffusers' Gaussian
     if library is not None:
         return library
