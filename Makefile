@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: all install cpp cpp-deps demo test test-torch gpu-wheels gpu-check bench bench-suite fuzz clean
+.PHONY: all install cpp cpp-deps demo test test-torch gpu-wheels gpu-check sweep sweep-venv bench bench-suite fuzz clean
 
 all: install cpp
 
@@ -121,6 +121,23 @@ gpu-wheels: install
 
 gpu-check:
 	bash benchmarks/gpu/check.sh
+
+# The coverage sweep (benchmarks/sweep, issue 47): every transformers architecture built from a
+# small config, one timm model per family and diffusers' model classes, through aotc fx, onnx,
+# aoti and fx forward+backward and the anchors (torch.export, with transformers' caches
+# registered, torch.onnx, torch.compile), each compared with eager; writes docs/coverage.md and
+# benchmarks/sweep/coverage.json. Hours on 2 cores (each family's AOTInductor compile alone is
+# 10-30 s): SWEEP_ARGS="--resume" goes on from the cases already in build/sweep/results, e.g.
+# SWEEP_ARGS="--only transformers/llama/" for one family. timm runs in make test-torch's 2.14.1
+# venv (sweep-venv adds timm and torchvision built for that torch: don't shim torchvision).
+SWEEP_ARGS ?=
+sweep: install sweep-venv
+	$(PY) -m benchmarks.sweep.run -j 2 $(SWEEP_ARGS)
+
+sweep-venv:
+	$(MAKE) --no-print-directory build/venv-torch-2.14.1/.aotc-installed TORCH=2.14.1
+	@build/venv-torch-2.14.1/bin/python -c "import timm, torchvision" 2>/dev/null || \
+		PIP_CONSTRAINT=/dev/null build/venv-torch-2.14.1/bin/pip install -q "torch==2.14.1" "torchvision==0.29.1" "timm==1.0.31"
 
 # Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.
 N ?= 10000

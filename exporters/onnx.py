@@ -174,7 +174,13 @@ def _check_against_graph(path: Path, program, example: list, sig, kind: str, met
     (ONNX's training-mode batch norm and random ops differ from torch's, for example)."""
     import onnxruntime as ort  # optional (aotc[onnx]): only when checking an ONNX model
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own exception classes: torch.onnx wrote a model it rejects
+        path.unlink()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise AotcError(f"onnxruntime cannot load the ONNX model torch.onnx wrote for the {kind} graph "
+                        f"({type(e).__name__}: {first}); use the fx or aoti backend for this graph.") from e
     got = OnnxGraph(session, output_layouts(program))(*example)
     with torch.no_grad():
         expected = program.graph_module(*example)

@@ -93,6 +93,23 @@ def test_untranslatable_operators_are_named(tmp_path):
     assert not (tmp_path / "c").exists() or not (tmp_path / "c" / "onnx").exists()
 
 
+def test_onnx_that_onnxruntime_cannot_load_is_refused_by_name(tmp_path):
+    """torch.onnx writes `squeeze(1)` of a dim that is not 1 (a no-op in torch) as an ONNX
+    Squeeze, which onnxruntime rejects when loading: a named refusal, not a crash
+    (diffusers' AllegroTransformer3DModel in the coverage sweep)."""
+
+    class SqueezeNotOne(torch.nn.Module):
+        def forward(self, x):
+            return x.squeeze(1) * 2
+
+    path = aotc.export(SqueezeNotOne(), (torch.randn(2, 32),), tmp_path / "b").path
+    with pytest.raises(aotc.AotcError, match="onnxruntime cannot load the ONNX model torch.onnx wrote for the "
+                                             "inference graph .*Squeeze.*; use the fx or aoti backend"):
+        add_to_bundle(path)
+    assert not (path / "onnx").exists() or not any((path / "onnx").iterdir())
+    assert aotc.load(path, backend="fx")(torch.ones(2, 32)).eq(2).all()  # the bundle is as it was
+
+
 def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     # ONNX's training-mode BatchNormalization does not compute torch's batch statistics.
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")

@@ -1,0 +1,88 @@
+"""Sweep cases in a process of their own, one after another: build each, run eager, run
+each of its columns.
+
+    python -m benchmarks.sweep.child RESULTS_DIR NAME=COLUMN,COLUMN... [NAME=...]
+
+A case's result file is rewritten after every column, so a case the parent kills for time
+keeps what it finished (the parent marks the column that was running). One process takes
+several cases because importing torch and the model library costs seconds each time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from benchmarks.sweep.columns import COLUMNS, Context, first_line, run_column
+from benchmarks.sweep.compare import differs
+from benchmarks.sweep.zoos import find
+
+
+def result_path(results: Path, name: str) -> Path:
+    return results / (name.replace("/", "__") + ".json")
+
+
+def _write(path: Path, record: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+
+
+def run_case(name: str, out: Path, columns: list[str]) -> None:
+    case = find(name)
+    record = {"name": name, "library": case.library, "family": case.family, "head": case.head,
+              "torch": torch.__version__, "columns": {}, "running": None}
+    start = time.perf_counter()
+    try:
+        model, inputs = case.build()
+        torch.manual_seed(0)
+        with torch.no_grad():
+            eager = model(**inputs)
+            torch.manual_seed(0)
+            again = model(**inputs)
+        why = differs(again, eager, dict(rtol=0, atol=0))
+        record["params"] = sum(p.numel() for p in model.parameters())
+        record["build_seconds"] = round(time.perf_counter() - start, 1)
+        if why:
+            record["eager"] = f"not deterministic: {why}"
+            _write(out, record)
+            return
+        record["eager"] = "ok"
+    except Exception as e:
+        record["eager"] = f"build failed: {first_line(e)}"
+        _write(out, record)
+        return
+    with tempfile.TemporaryDirectory(prefix="sweep-") as root:
+        ctx = Context(name, case.library, model, inputs, eager, Path(root))
+        for column in columns:
+            record["running"] = column
+            _write(out, record)
+            record["columns"][column] = asdict(run_column(column, ctx))
+        record["running"] = None
+        _write(out, record)
+
+
+def main(argv: list[str]) -> int:
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)  # the parent runs cases side by side on a 2-core machine
+    results = Path(argv[0])
+    for spec in argv[1:]:
+        name, _, cols = spec.partition("=")
+        columns = cols.split(",") if cols else list(COLUMNS)
+        unknown = [c for c in columns if c not in COLUMNS]
+        if unknown:
+            sys.exit(f"unknown columns {unknown}; known: {list(COLUMNS)}")
+        run_case(name, result_path(results, name), columns)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

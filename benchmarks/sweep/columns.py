@@ -1,0 +1,252 @@
+"""The sweep's columns: what each backend does with one case, compared with eager.
+
+Anchors (what a user could pick instead): torch.export (strict=False, run through
+`.module()`), the same with transformers' cache classes registered as pytrees the way its
+own exporter does, torch.onnx (dynamo) run in onnxruntime, and torch.compile.
+aotc: fx, onnx and aoti inference bundles, and fx forward+backward; `regions` (aotc's
+regional export) is tried only where fx is refused.
+
+Every column returns an Outcome:
+- pass: values, structure and user access as eager's;
+- WRONG: it ran and gave something else;
+- refused: aotc said no by name (an AotcError), first line kept;
+- fail: an anchor raised;
+- crash: aotc raised something that is not an AotcError (aotc's own bug);
+- n/a: not tried (what it needs failed first).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.sweep.compare import access_differs, differs
+
+VALUES = {"fx": dict(rtol=1e-4, atol=1e-5), "aoti": dict(rtol=1e-4, atol=1e-5), "onnx": dict(rtol=1e-3, atol=1e-4),
+          "compile": dict(rtol=1e-3, atol=1e-4)}
+GRADS = dict(rtol=1e-3, atol=1e-4)
+
+
+@dataclass
+class Outcome:
+    status: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_line(e: BaseException) -> str:
+    text = _ANSI.sub("", str(e)).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}"
+
+
+@dataclass
+class Context:
+    """One case, built once: the model, its inputs, eager's output, and what columns made."""
+
+    name: str
+    library: str
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    eager: Any
+    root: Path
+    made: dict[str, Any] = field(default_factory=dict)  # column -> its bundle path, when it made one
+
+    def call(self, module: Callable) -> Any:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            return module(**self.inputs)
+
+
+def _aotc_error(e: BaseException) -> bool:
+    from aotc.errors import AotcError
+
+    return isinstance(e, AotcError)
+
+
+def _checked(got: Any, ctx: Context, tol: dict) -> Outcome:
+    why = differs(got, ctx.eager, tol)
+    if why is None:
+        paths, why = access_differs(got, ctx.eager, tol)
+        if why is None:
+            return Outcome("pass", f"{paths} access paths")
+    return Outcome("WRONG", why)
+
+
+# ----------------------------------------------------------------------- anchors
+
+
+def torch_export(ctx: Context) -> Outcome:
+    program = torch.export.export(ctx.model, (), ctx.inputs, strict=False)
+    return _checked(ctx.call(program.module()), ctx, VALUES["fx"])
+
+
+def torch_export_caches(ctx: Context) -> Outcome:
+    """transformers' own exporter registers every cache class as a pytree first; they are
+    deregistered after, so the next case's plain torch.export is plain again."""
+    if ctx.library != "transformers":
+        return Outcome("n/a", "transformers only")
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    from aotc._torch_compat import pytree
+
+    before = set(pytree.SUPPORTED_NODES)
+    register_cache_pytrees_for_model(ctx.model)
+    try:
+        return torch_export(ctx)
+    finally:
+        for cls in set(pytree.SUPPORTED_NODES) - before:
+            pytree._deregister_pytree_node(cls)
+
+
+def torch_onnx(ctx: Context) -> Outcome:
+    import onnxruntime
+
+    from aotc._torch_compat import pytree
+
+    path = ctx.root / "anchor.onnx"
+    torch.onnx.export(ctx.model, (), str(path), kwargs=ctx.inputs, dynamo=True, verbose=False)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: ctx.inputs[i.name].numpy() for i in session.get_inputs()}
+    got = [torch.from_numpy(x) for x in session.run(None, feeds)]
+    want = [x for x in pytree.tree_leaves(ctx.eager) if isinstance(x, torch.Tensor)]
+    if len(got) != len(want):
+        return Outcome("WRONG", f"{len(got)} outputs where eager has {len(want)} tensors")
+    why = differs(got, want, VALUES["onnx"])
+    return Outcome("WRONG", why) if why else Outcome("pass")
+
+
+def torch_compile(ctx: Context) -> Outcome:
+    torch._dynamo.reset()
+    compiled = torch.compile(copy.deepcopy(ctx.model))
+    return _checked(ctx.call(compiled), ctx, VALUES["compile"])
+
+
+# ----------------------------------------------------------------------- aotc
+
+
+def aotc_fx(ctx: Context) -> Outcome:
+    import aotc
+
+    path = ctx.root / "fx"
+    aotc.export(ctx.model, ((), ctx.inputs), path)
+    ctx.made["fx"] = path
+    return _checked(ctx.call(aotc.load(path, backend="fx")), ctx, VALUES["fx"])
+
+
+def _with_artifact(ctx: Context, backend: str, add: Callable[[Path], Any]) -> Outcome:
+    import aotc
+
+    if "fx" not in ctx.made:
+        return Outcome("n/a", "needs the fx bundle")
+    path = ctx.root / backend
+    shutil.copytree(ctx.made["fx"], path)
+    add(path)
+    loaded = aotc.load(path, backend=backend)
+    return _checked(ctx.call(loaded), ctx, VALUES[backend])
+
+
+def aotc_onnx(ctx: Context) -> Outcome:
+    from exporters.onnx import add_to_bundle
+
+    return _with_artifact(ctx, "onnx", add_to_bundle)
+
+
+def aotc_aoti(ctx: Context) -> Outcome:
+    import aotc
+
+    return _with_artifact(ctx, "aoti", aotc.compile)
+
+
+def _loss(out: Any) -> torch.Tensor:
+    """A loss over every floating output, as a test of the whole backward."""
+    from aotc._torch_compat import pytree
+    from aotc.contract.outputs import plain_outputs
+
+    leaves = [x for x in pytree.tree_leaves(plain_outputs(out))
+              if isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad]
+    return sum(x.float().square().mean() for x in leaves)
+
+
+def aotc_fwd_bwd(ctx: Context) -> Outcome:
+    import aotc
+
+    path = ctx.root / "fwd-bwd"
+    eager = copy.deepcopy(ctx.model)
+    aotc.export(eager, ((), ctx.inputs), path, graphs=("forward", "backward"))
+    loaded = aotc.load(path, backend="fx", mode="train")
+    eager.train(loaded.training)
+    torch.manual_seed(0)
+    want = _loss(eager(**ctx.inputs))
+    if not isinstance(want, torch.Tensor):
+        return Outcome("n/a", "no output takes a gradient")
+    torch.manual_seed(0)
+    got = _loss(loaded(**ctx.inputs))
+    why = differs(got, want, GRADS)
+    if why:
+        return Outcome("WRONG", f"loss: {why}")
+    want.backward()
+    got.backward()
+    mine = dict(loaded.named_parameters())
+    for name, p in eager.named_parameters():
+        g = mine[name].grad if name in mine else None
+        if p.grad is None:
+            if g is not None and g.any():
+                return Outcome("WRONG", f"{name}: a gradient where eager has none")
+            continue
+        if g is None:
+            return Outcome("WRONG", f"{name}: no gradient where eager has one")
+        why = differs(g, p.grad, GRADS)
+        if why:
+            return Outcome("WRONG", f"grad {name}: {why}")
+    return Outcome("pass", f"{sum(p.grad is not None for p in eager.parameters())} gradients")
+
+
+def aotc_regions(ctx: Context) -> Outcome:
+    """aotc's regional export, where the whole model cannot be one graph."""
+    import aotc
+
+    if "fx" in ctx.made:
+        return Outcome("n/a", "fx took the whole model")
+    path = ctx.root / "regions"
+    aotc.export_regions(ctx.model, ((), ctx.inputs), path, regions="auto")
+    model = aotc.apply(path, copy.deepcopy(ctx.model), backend="fx")
+    return _checked(ctx.call(model), ctx, VALUES["fx"])
+
+
+# in the order they run: aotc first, the anchors after (the one that registers transformers'
+# caches as pytrees last: while they are registered, torch flattens them)
+COLUMNS: dict[str, Callable[[Context], Outcome]] = {
+    "fx": aotc_fx,
+    "onnx": aotc_onnx,
+    "aoti": aotc_aoti,
+    "fwd+bwd": aotc_fwd_bwd,
+    "regions": aotc_regions,
+    "torch.export": torch_export,
+    "torch.onnx": torch_onnx,
+    "torch.compile": torch_compile,
+    "torch.export+caches": torch_export_caches,
+}
+ANCHORS = ("torch.export", "torch.onnx", "torch.compile", "torch.export+caches")
+
+
+def run_column(name: str, ctx: Context) -> Outcome:
+    start = time.perf_counter()
+    try:
+        outcome = COLUMNS[name](ctx)
+    except Exception as e:  # the column's answer: by whom and in what words it was refused
+        if name in ANCHORS:
+            outcome = Outcome("fail", first_line(e))
+        else:
+            outcome = Outcome("refused" if _aotc_error(e) else "crash", first_line(e))
+    outcome.seconds = round(time.perf_counter() - start, 1)
+    return outcome

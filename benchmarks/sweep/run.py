@@ -1,0 +1,213 @@
+"""The coverage sweep: every case of every zoo through every column, a child process each.
+
+    .venv/bin/python -m benchmarks.sweep.run [-j 2] [--slice K] [--only SUBSTR] [--resume]
+                                             [--libraries transformers,diffusers,timm]
+
+Each family's representative case (its causal LM head, else its base model, else the first
+head) runs every column; its other heads run fx, fx forward+backward and the torch.export
+anchors: the other backends compile the same layers again for a head that adds one linear
+layer, which is most of the sweep's time. timm runs in build/venv-torch-2.14.1 (torchvision
+is built for that torch).
+
+Results: build/sweep/results/<case>.json per case (kept for --resume), then the table
+(docs/coverage.md) and its data (benchmarks/sweep/coverage.json) from every result there.
+Exit status 1 if any row is WRONG, crashes aotc, or is taken by torch.export and not by aotc fx
+without a pinned reason (benchmarks/sweep/pinned.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.sweep.columns import COLUMNS
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "build" / "sweep" / "results"
+VENVS = {"main": ROOT / ".venv" / "bin" / "python", "torch-2.14.1": ROOT / "build" / "venv-torch-2.14.1" / "bin" / "python"}
+LIBRARY_VENV = {"transformers": "main", "diffusers": "main", "timm": "torch-2.14.1"}
+HEAD_PREFERENCE = ("causal-lm", "base", "image-cls", "seq-cls", "masked-lm", "speech")
+OTHER_HEAD_COLUMNS = ("fx", "fwd+bwd", "torch.export", "torch.export+caches")
+CASE_TIMEOUT_S = 900
+CHUNK = 6  # cases per child process: each start imports torch and the library (seconds)
+
+
+@dataclass(frozen=True)
+class Planned:
+    name: str
+    library: str
+    family: str
+    head: str
+    venv: str
+    columns: tuple[str, ...]
+
+
+def listed(libraries: list[str]) -> list[dict]:
+    """The cases of each library, listed by the python of the venv that builds them."""
+    found = []
+    for venv in sorted({LIBRARY_VENV[lib] for lib in libraries}):
+        mine = [lib for lib in libraries if LIBRARY_VENV[lib] == venv]
+        if not VENVS[venv].exists():
+            print(f"sweep: {VENVS[venv]} is missing, so {', '.join(mine)} is not swept "
+                  f"(make sweep-venv builds it)", file=sys.stderr)
+            continue
+        out = subprocess.run([str(VENVS[venv]), "-m", "benchmarks.sweep.zoos", *mine], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout
+        found.extend(json.loads(out.strip().splitlines()[-1]))
+    return sorted(found, key=lambda c: c["name"])
+
+
+def plan(cases: list[dict]) -> list[Planned]:
+    by_family: dict[tuple[str, str], list[dict]] = {}
+    for c in cases:
+        by_family.setdefault((c["library"], c["family"]), []).append(c)
+    planned = []
+    for members in by_family.values():
+        heads = {c["head"]: c for c in members}
+        main = next((heads[h] for h in HEAD_PREFERENCE if h in heads), members[0])
+        for c in members:
+            columns = tuple(COLUMNS) if c is main else OTHER_HEAD_COLUMNS
+            planned.append(Planned(c["name"], c["library"], c["family"], c["head"], c["venv"], columns))
+    return sorted(planned, key=lambda p: p.name)
+
+
+def sliced(planned: list[Planned], k: int) -> list[Planned]:
+    """Every k-th architecture (in name order), by its representative case."""
+    representative = [p for p in planned if len(p.columns) == len(COLUMNS)]
+    return representative[::k]
+
+
+def chunks(todo: list[Planned], size: int = CHUNK) -> list[list[Planned]]:
+    """Consecutive cases of one venv, a few per child process; a family is never split."""
+    out: list[list[Planned]] = []
+    for p in todo:
+        last = out[-1] if out else None
+        same_family = last and (last[-1].library, last[-1].family) == (p.library, p.family)
+        if last and last[-1].venv == p.venv and (same_family or len(last) < size):
+            last.append(p)
+        else:
+            out.append([p])
+    return out
+
+
+def result_path(results: Path, name: str) -> Path:
+    return results / (name.replace("/", "__") + ".json")
+
+
+def _finished(p: Planned, results: Path) -> bool:
+    path = result_path(results, p.name)
+    if not path.exists():
+        return False
+    record = json.loads(path.read_text())
+    return record.get("running") is None and (record.get("eager") != "ok" or set(p.columns) <= set(record["columns"]))
+
+
+def _read(p: Planned, results: Path) -> dict | None:
+    path = result_path(results, p.name)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def run_group(group: list[Planned], timeout: float, results: Path) -> list[dict]:
+    """A chunk of cases in one child process; a child that dies or runs out of time has the
+    case it was in marked, and a new child goes on with the rest."""
+    for p in group:
+        result_path(results, p.name).unlink(missing_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    records, left = [], list(group)
+    while left:
+        venv = left[0].venv
+        cmd = [str(VENVS[venv]), "-m", "benchmarks.sweep.child", str(results),
+               *[f"{p.name}={','.join(p.columns)}" for p in left]]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=timeout * len(left))
+            failed = proc.returncode != 0 and f"the child exited {proc.returncode}: {_last_line(proc.stderr)}"
+        except subprocess.TimeoutExpired:
+            failed = f"timeout after {time.perf_counter() - start:.0f} s"
+        while left:
+            p, record = left[0], _read(left[0], results)
+            if record is None or record.get("running"):
+                if not failed:
+                    failed = "the child left no result"
+                record = record or {"name": p.name, "library": p.library, "family": p.family, "head": p.head,
+                                    "columns": {}, "eager": f"build failed: {failed}"}
+                if record.get("running"):  # the column it was in when it died
+                    record["columns"][record["running"]] = {"status": "crash", "detail": failed, "seconds": 0}
+                record["running"] = None
+                result_path(results, p.name).write_text(json.dumps(record, indent=1))
+                records.append(record)
+                left.pop(0)
+                break  # a new child for the rest
+            records.append(record)
+            left.pop(0)
+    return records
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _summary(record: dict) -> str:
+    if record.get("eager") != "ok":
+        return record.get("eager", "?")
+    return ", ".join(f"{c} {o['status']}" for c, o in record["columns"].items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.sweep.table import write_table
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument("--slice", type=int, default=1,
+                    help="every K-th architecture only, its representative case")
+    ap.add_argument("--only", default="", help="cases whose name holds this")
+    ap.add_argument("--resume", action="store_true", help="keep finished results")
+    ap.add_argument("--libraries", default="transformers,diffusers,timm")
+    ap.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
+    ap.add_argument("--columns", default="", help="these columns only (comma-separated), on every case")
+    ap.add_argument("--results", default=str(RESULTS), help="where per-case results go")
+    ap.add_argument("--no-table", action="store_true", help="write results only, not the coverage page")
+    ap.add_argument("--table-only", action="store_true", help="run nothing: the page from the results there are")
+    args = ap.parse_args(argv)
+
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    libraries = args.libraries.split(",")
+    planned = [p for p in plan(listed(libraries)) if args.only in p.name]
+    if args.slice > 1:
+        planned = sliced(planned, args.slice)
+    if args.columns:
+        planned = [dataclasses.replace(p, columns=tuple(args.columns.split(","))) for p in planned]
+    todo = [] if args.table_only else [p for p in planned if not (args.resume and _finished(p, results))]
+    # every family's representative first: a run stopped early has covered the most architectures
+    todo.sort(key=lambda p: (len(p.columns) < len(COLUMNS), p.name))
+    groups = chunks(todo)
+    print(f"sweep: {len(planned)} cases, {len(todo)} to run, {args.jobs} at a time", flush=True)
+    start, done = time.perf_counter(), 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_group, group, args.timeout, results) for group in groups]
+        for future in as_completed(futures):
+            for record in future.result():
+                done += 1
+                print(f"[{done}/{len(todo)} {(time.perf_counter() - start) / 60:.0f} min] {record['name']}: "
+                      f"{_summary(record)}", flush=True)
+    records = [r for r in (_read(p, results) for p in planned) if r is not None]
+    whole = args.slice == 1 and not args.only and not args.columns and set(libraries) == set(LIBRARY_VENV)
+    problems = write_table(records, len(planned), partial=not whole, write=not args.no_table)
+    for line in problems:
+        print(f"sweep: {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

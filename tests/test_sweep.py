@@ -1,0 +1,87 @@
+"""The coverage sweep (benchmarks/sweep, `make sweep`): its verdicts, and a slice of it.
+
+The slice runs every SLICE-th architecture of transformers and diffusers (in name order,
+each by its representative head) through aotc fx and torch.export with transformers' caches
+registered, and fails on any row that `make sweep` would fail: a WRONG result, an aotc
+crash, or a model torch.export takes and aotc does not, unless pinned
+(benchmarks/sweep/pinned.py). timm's families run in make test-torch's venv, so only in
+`make sweep`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.sweep.compare import access_differs, differs
+from benchmarks.sweep.table import problems_of
+
+pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
+
+ROOT = Path(__file__).resolve().parents[1]
+SLICE = 40  # about 16 architectures of transformers' 600 and diffusers' few: 3 minutes on 2 cores
+
+
+def _record(**columns) -> dict:
+    return {"name": "transformers/x/base", "library": "transformers", "family": "x", "head": "base", "eager": "ok",
+            "columns": {c: {"status": s, "detail": d, "seconds": 0} for c, (s, d) in columns.items()}}
+
+
+def test_a_wrong_result_fails_the_sweep():
+    record = _record(fx=("WRONG", "output 0: max abs difference 1"))
+    assert problems_of(record) == ["transformers/x/base fx: WRONG: output 0: max abs difference 1"]
+
+
+def test_what_torch_export_takes_and_aotc_does_not_fails_the_sweep():
+    record = _record(fx=("refused", "CaptureError: no"), **{"torch.export+caches": ("pass", "")})
+    assert problems_of(record) == ["transformers/x/base fx: torch.export takes it, aotc refused: CaptureError: no"]
+    # refused by both: torch.export's own limit, not aotc's
+    assert problems_of(_record(fx=("refused", "no"), **{"torch.export+caches": ("fail", "no")})) == []
+
+
+def test_a_backend_that_fails_where_fx_passes_fails_the_sweep():
+    record = _record(fx=("pass", ""), aoti=("refused", "AOTInductor could not compile"), onnx=("pass", ""))
+    assert problems_of(record) == ["transformers/x/base aoti: fx passes, aoti refused: AOTInductor could not compile"]
+
+
+def test_a_pinned_refusal_is_accepted_by_its_words_only(monkeypatch):
+    from benchmarks.sweep import table
+
+    monkeypatch.setattr(table, "PINNED", {("transformers/x/*", "aoti"): "could not compile"})
+    record = _record(fx=("pass", ""), aoti=("refused", "AOTInductor could not compile"))
+    assert problems_of(record) == []
+    record = _record(fx=("pass", ""), aoti=("refused", "something else"))
+    assert len(problems_of(record)) == 1
+
+
+def test_the_comparison_catches_a_cache_layer_that_lost_its_attributes():
+    """What the issue saw: the model ran, and `layers[0].conv_states` raised on the result."""
+    import torch
+    from transformers.cache_utils import Cache, LinearAttentionLayer
+
+    from aotc.contract.caches import CacheLayer, KVCache
+
+    layer = LinearAttentionLayer()
+    layer.lazy_initialization(conv_states=torch.ones(1, 2, 3), recurrent_states=torch.ones(1, 2))
+    eager = Cache(layers=[layer])
+    assert differs(eager, eager, dict(rtol=0, atol=0)) is None
+    generic = KVCache([CacheLayer("CacheLayer", {}, {})])
+    assert access_differs(generic, eager, dict(rtol=0, atol=0))[1] is not None
+
+
+def test_a_slice_of_the_sweep(tmp_path):
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sweep.run", "--slice", str(SLICE), "--libraries", "transformers,diffusers",
+         "--columns", "fx,torch.export+caches", "-j", "1", "--results", str(results), "--no-table"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    print(proc.stdout[-4000:])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(p.read_text()) for p in results.glob("*.json")]
+    ran = [r for r in records if r.get("eager") == "ok"]
+    assert len(ran) >= 10, f"only {len(ran)} of {len(records)} sliced architectures built"
+    assert all(r["columns"]["fx"]["status"] in ("pass", "refused") for r in ran)
