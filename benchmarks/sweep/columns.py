@@ -59,7 +59,11 @@ class Context:
     inputs: dict[str, Any]
     eager: Any
     root: Path
+    earlier: dict[str, str] = field(default_factory=dict)  # column -> status, from an earlier pass
     made: dict[str, Any] = field(default_factory=dict)  # column -> its bundle path, when it made one
+
+    def fx_status(self) -> str | None:
+        return "pass" if "fx" in self.made else self.earlier.get("fx")
 
     def call(self, module: Callable) -> Any:
         torch.manual_seed(0)
@@ -139,15 +143,18 @@ def aotc_fx(ctx: Context) -> Outcome:
 
     path = ctx.root / "fx"
     aotc.export(ctx.model, ((), ctx.inputs), path)
-    ctx.made["fx"] = path
+    ctx.made["fx"] = path  # the bundle exists: onnx and aoti build on it even where fx is WRONG
     return _checked(ctx.call(aotc.load(path, backend="fx")), ctx, VALUES["fx"])
 
 
 def _with_artifact(ctx: Context, backend: str, add: Callable[[Path], Any]) -> Outcome:
     import aotc
 
-    if "fx" not in ctx.made:
+    if ctx.fx_status() != "pass":
         return Outcome("n/a", "needs the fx bundle")
+    if "fx" not in ctx.made:  # fx ran in an earlier pass: the same export again
+        aotc.export(ctx.model, ((), ctx.inputs), ctx.root / "fx")
+        ctx.made["fx"] = ctx.root / "fx"
     path = ctx.root / backend
     shutil.copytree(ctx.made["fx"], path)
     add(path)
@@ -215,8 +222,8 @@ def aotc_regions(ctx: Context) -> Outcome:
     """aotc's regional export, where the whole model cannot be one graph."""
     import aotc
 
-    if "fx" in ctx.made:
-        return Outcome("n/a", "fx took the whole model")
+    if ctx.fx_status() in ("pass", None):
+        return Outcome("n/a", "fx took the whole model" if ctx.fx_status() else "fx has not run")
     path = ctx.root / "regions"
     aotc.export_regions(ctx.model, ((), ctx.inputs), path, regions="auto")
     model = aotc.apply(path, copy.deepcopy(ctx.model), backend="fx")

@@ -48,6 +48,7 @@ class Planned:
     head: str
     venv: str
     columns: tuple[str, ...]
+    representative: bool  # its family's head that runs every column
 
 
 def listed(libraries: list[str]) -> list[dict]:
@@ -75,14 +76,13 @@ def plan(cases: list[dict]) -> list[Planned]:
         main = next((heads[h] for h in HEAD_PREFERENCE if h in heads), members[0])
         for c in members:
             columns = tuple(COLUMNS) if c is main else OTHER_HEAD_COLUMNS
-            planned.append(Planned(c["name"], c["library"], c["family"], c["head"], c["venv"], columns))
+            planned.append(Planned(c["name"], c["library"], c["family"], c["head"], c["venv"], columns, c is main))
     return sorted(planned, key=lambda p: p.name)
 
 
 def sliced(planned: list[Planned], k: int) -> list[Planned]:
     """Every k-th architecture (in name order), by its representative case."""
-    representative = [p for p in planned if len(p.columns) == len(COLUMNS)]
-    return representative[::k]
+    return [p for p in planned if p.representative][::k]
 
 
 def chunks(todo: list[Planned], size: int = CHUNK) -> list[list[Planned]]:
@@ -102,12 +102,15 @@ def result_path(results: Path, name: str) -> Path:
     return results / (name.replace("/", "__") + ".json")
 
 
-def _finished(p: Planned, results: Path) -> bool:
-    path = result_path(results, p.name)
-    if not path.exists():
-        return False
-    record = json.loads(path.read_text())
-    return record.get("running") is None and (record.get("eager") != "ok" or set(p.columns) <= set(record["columns"]))
+def missing(p: Planned, results: Path) -> Planned | None:
+    """`p` with only the columns its result lacks (None: nothing left), for --resume."""
+    record = _read(p, results)
+    if record is None:
+        return p
+    if record.get("eager") != "ok":
+        return None
+    left = tuple(c for c in p.columns if c not in record["columns"] or c == record.get("running"))
+    return dataclasses.replace(p, columns=left) if left else None
 
 
 def _read(p: Planned, results: Path) -> dict | None:
@@ -115,11 +118,13 @@ def _read(p: Planned, results: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def run_group(group: list[Planned], timeout: float, results: Path) -> list[dict]:
+def run_group(group: list[Planned], timeout: float, results: Path, resume: bool) -> list[dict]:
     """A chunk of cases in one child process; a child that dies or runs out of time has the
-    case it was in marked, and a new child goes on with the rest."""
+    case it was in marked, and a new child goes on with the rest. With `resume`, each case's
+    columns are added to its earlier result."""
     for p in group:
-        result_path(results, p.name).unlink(missing_ok=True)
+        if not resume:
+            result_path(results, p.name).unlink(missing_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     records, left = [], list(group)
     while left:
@@ -171,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slice", type=int, default=1,
                     help="every K-th architecture only, its representative case")
     ap.add_argument("--only", default="", help="cases whose name holds this")
-    ap.add_argument("--resume", action="store_true", help="keep finished results")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep finished results: run only the columns each case lacks")
     ap.add_argument("--libraries", default="transformers,diffusers,timm")
     ap.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
     ap.add_argument("--columns", default="", help="these columns only (comma-separated), on every case")
@@ -188,14 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         planned = sliced(planned, args.slice)
     if args.columns:
         planned = [dataclasses.replace(p, columns=tuple(args.columns.split(","))) for p in planned]
-    todo = [] if args.table_only else [p for p in planned if not (args.resume and _finished(p, results))]
+    todo = [] if args.table_only else [p for p in (missing(p, results) if args.resume else p for p in planned) if p]
     # every family's representative first: a run stopped early has covered the most architectures
-    todo.sort(key=lambda p: (len(p.columns) < len(COLUMNS), p.name))
+    todo.sort(key=lambda p: (not p.representative, p.name))
     groups = chunks(todo)
     print(f"sweep: {len(planned)} cases, {len(todo)} to run, {args.jobs} at a time", flush=True)
     start, done = time.perf_counter(), 0
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_group, group, args.timeout, results) for group in groups]
+        futures = [pool.submit(run_group, group, args.timeout, results, args.resume) for group in groups]
         for future in as_completed(futures):
             for record in future.result():
                 done += 1
