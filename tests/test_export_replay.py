@@ -120,3 +120,47 @@ def test_replay_tolerance_scales_with_eager_rounding(tmp_path):
         wrong = {name: change(golden[name])}
         (check,) = compare("fx", {name: golden[name]}, wrong, tolerances, None)
         assert not check.passed, f"{name} 1% off was accepted with tolerance {tolerances[name]}"
+
+
+# ----------------------------------------------------------------- found by the coverage sweep
+
+
+class _Rope:
+    """A plain object (not a module) that caches its table on first call, as diffusers'
+    ZImage rope embedder does."""
+
+    def __init__(self):
+        self.table = None
+
+    def __call__(self, ids):
+        if self.table is None:
+            self.table = [torch.polar(torch.ones(8, 2), torch.arange(16.0).view(8, 2))]
+        return self.table[0][ids]
+
+
+class LazyComplexRope(torch.nn.Module):
+    """diffusers' ZImage in small: a complex table cached lazily on a plain object, complex
+    inputs (Lumina's rotary embedding) and a ModuleDict key torch allows but that is no
+    identifier ("2-1")."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.rope = _Rope()
+        self.embed = torch.nn.ModuleDict({"2-1": torch.nn.Linear(4, 4)})
+
+    def forward(self, x, ids, rot):
+        z = torch.view_as_complex(self.embed["2-1"](x).view(*x.shape[:-1], 2, 2).contiguous())
+        return torch.view_as_real(z * self.rope(ids) * rot).flatten(-2)
+
+
+def test_lazy_caches_complex_tensors_and_module_dict_keys(tmp_path):
+    model = LazyComplexRope()
+    x, ids = torch.randn(3, 4), torch.tensor([1, 5, 7])
+    rot = torch.polar(torch.ones(3, 2), torch.randn(3, 2))  # complex64
+    bundle = aotc.export(model, ((x, ids, rot), {}), tmp_path / "b").path
+    # the trace's fake tensors are not left on the user's model: it runs as before
+    assert model.rope.table is None
+    expected = model(x, ids, rot)
+    assert torch.equal(aotc.load(bundle, backend="fx")(x, ids, rot), expected)
+    assert aotc.verify(bundle).ok

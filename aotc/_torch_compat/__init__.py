@@ -84,6 +84,7 @@ _LAZY = {
     "min_cut_rematerialization_partition": "torch._functorch.partitioners",
     "FakeTensor": "torch._subclasses.fake_tensor",
     "FakeTensorMode": "torch._subclasses.fake_tensor",
+    "FunctionalTensor": "torch._subclasses.functional_tensor",
 }
 
 

@@ -137,10 +137,10 @@ def read_json_file(path: Path, where: str | None = None):
     return _json(path.read_bytes(), where)
 
 
-# dtypes safetensors stores, with their sizes in bytes
+# dtypes safetensors stores, with their sizes in bytes (complex64 as C64; it has no complex128)
 SAFETENSORS_DTYPES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8,
+    "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8, "C64": 8,
 }
 
 

@@ -30,8 +30,10 @@ DTYPES = frozenset({
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
 })
 _DEVICE = re.compile(r"(cpu|cuda|meta)(:[0-9]{1,3})?")
-# Module attribute names as torch accepts them in an FQN part.
-_FQN_PART = re.compile(r"[A-Za-z0-9_]+")
+# a module or tensor name, as torch allows them (nn.ModuleDict takes keys like "2-1"): anything
+# but the separators and control characters. A subclass's inner tensors are attributes.
+_FQN_PART = re.compile(r"[^.:\x00-\x1f\x7f]+")
+_ATTR = re.compile(r"[A-Za-z0-9_]+")
 _MAX_DIM = 1 << 62
 _INPUT_ROLES = {"parameter", "buffer", "user_input", "synthetic_base", "constant"}
 _OUTPUT_ROLES = {"input_mutation", "user_output", "intermediate_base", "saved", "gradient", "loss", "unused"}
@@ -60,7 +62,7 @@ def _state_name_ok(name: object) -> bool:
     if not isinstance(name, str):
         return False
     fqn, *attrs = name.split(":")
-    return _fqn_ok(fqn) and all(_FQN_PART.fullmatch(a) for a in attrs)
+    return _fqn_ok(fqn) and all(_ATTR.fullmatch(a) for a in attrs)
 
 
 def _index_ok(value: object, length: int) -> bool:
@@ -169,7 +171,7 @@ def _check_subclasses(info: Subclasses, state: set[str], signature: Signature, w
         if meta.dtype not in DTYPES:
             w.fail(file, f"{where}.dtype", f"{meta.dtype!r} is not a dtype aotc knows")
         _check_geometry(meta.shape, meta.stride, 0, w, file, where)
-        if not meta.inner or not all(_FQN_PART.fullmatch(a) for a in meta.inner):
+        if not meta.inner or not all(_ATTR.fullmatch(a) for a in meta.inner):
             w.fail(file, f"{where}.inner", "a subclass needs inner tensors with attribute names")
         for attr, sub in meta.inner.items():
             if sub is not None:

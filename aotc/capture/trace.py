@@ -14,6 +14,7 @@ from torch.export import ExportedProgram
 
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
+from aotc.capture.module_copy import attributes_restored
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.metadata import check_scalar_loss, graph_placeholders
 from aotc.capture.model_with_loss import Program
@@ -39,7 +40,7 @@ def export_program(program: Program, args, kwargs, dynamic_shapes, names: list[s
     inputs = (*args, *kwargs.values())
 
     def export(flat_spec):
-        with tc.eager_rnn():
+        with tc.eager_rnn(), attributes_restored(program.model):
             return torch.export.export(positional, inputs, dynamic_shapes=flat_spec, strict=False)
 
     spec_args = None if spec is None else (*spec["args"], *spec["kwargs"].values())
@@ -62,6 +63,8 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
             stack.enter_context(tc.fake_mode_tracing(program))  # no input to find torch.export's fake mode by
         stack.enter_context(tc.eager_dropout())
         stack.enter_context(tc.eager_rnn())
+        if isinstance(model, torch.nn.Module):
+            stack.enter_context(attributes_restored(model))
         try:
             try:
                 jd = tc.aot_export_joint_with_descriptors(stack, gm, f_args, f_kwargs)

@@ -27,6 +27,7 @@ _TOLERANCE = {
     torch.float32: (1e-3, 1e-4),
     torch.float16: (1e-2, 1e-3),
     torch.bfloat16: (2e-2, 1e-2),
+    torch.complex64: (1e-3, 1e-4),
 }
 
 

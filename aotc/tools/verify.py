@@ -175,12 +175,18 @@ def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict,
             note = f"shape {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}"
             checks.append(Check(artifact, name, float("nan"), float("nan"), rtol, atol, False, note))
             continue
-        diff = (got.double() - want.double()).abs()
+        got, want = _wide(got), _wide(want)
+        diff = (got - want).abs()
         max_abs = diff.max().item() if diff.numel() else 0.0
-        max_rel = (diff / want.double().abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
-        passed = bool(torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol).all())
+        max_rel = (diff / want.abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        passed = bool(torch.isclose(got, want, rtol=rtol, atol=atol).all())
         checks.append(Check(artifact, name, max_abs, max_rel, rtol, atol, passed))
     return checks
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """`t` in float64, or complex128 where it is complex (float64 would drop the imaginary part)."""
+    return t.to(torch.complex128 if t.is_complex() else torch.float64)
 
 
 def _golden(bundle: Bundle) -> Tensors:

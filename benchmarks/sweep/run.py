@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--libraries", default="transformers,diffusers,timm")
     ap.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
     ap.add_argument("--columns", default="", help="these columns only (comma-separated), on every case")
+    ap.add_argument("--skip", default="", help="leave these columns out (comma-separated), e.g. aoti,torch.compile")
     ap.add_argument("--results", default=str(RESULTS), help="where per-case results go")
     ap.add_argument("--no-table", action="store_true", help="write results only, not the coverage page")
     ap.add_argument("--table-only", action="store_true", help="run nothing: the page from the results there are")
@@ -194,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         planned = sliced(planned, args.slice)
     if args.columns:
         planned = [dataclasses.replace(p, columns=tuple(args.columns.split(","))) for p in planned]
+    if args.skip:
+        skip = set(args.skip.split(","))
+        planned = [dataclasses.replace(p, columns=tuple(c for c in p.columns if c not in skip)) for p in planned]
     todo = [] if args.table_only else [p for p in (missing(p, results) if args.resume else p for p in planned) if p]
     # every family's representative first: a run stopped early has covered the most architectures
     todo.sort(key=lambda p: (not p.representative, p.name))

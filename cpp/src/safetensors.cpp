@@ -30,7 +30,7 @@ const std::vector<Dtype>& dtypes() {
       {"I16", c10::kShort, 2},  {"U16", c10::ScalarType::UInt16, 2}, {"F16", c10::kHalf, 2},
       {"BF16", c10::kBFloat16, 2}, {"I32", c10::kInt, 4}, {"U32", c10::ScalarType::UInt32, 4},
       {"F32", c10::kFloat, 4},  {"F64", c10::kDouble, 8}, {"I64", c10::kLong, 8},
-      {"U64", c10::ScalarType::UInt64, 8}};
+      {"U64", c10::ScalarType::UInt64, 8}, {"C64", c10::kComplexFloat, 8}};
   return table;
 }
 
