@@ -68,6 +68,7 @@ test: install
 #   tables name), with the programs this torch's torch.export fails on pinned per version;
 # - the C++ runtime built against this torch's libtorch (build/cpp-$(TORCH)) and its tests;
 # - storage swaps of inputs (set_, and 2.14's shallow_copy_data_ and its replay flag).
+# - export replaying eager (tests/test_export_replay.py: 2.14 changed group_norm's fake layout).
 # The model libraries are the newest of each range in pyproject.toml (LIBS=newest), or the
 # lowest (LIBS=oldest, the default for 2.11 and 2.12): installed first, then aotc's extras,
 # which must keep them. Not part of make test: the install alone is over CI's budget on a clean
@@ -80,7 +81,7 @@ OTHER ?=
 OTHER_PY := $(if $(OTHER),$(abspath build/venv-torch-$(OTHER)/bin/python),$(abspath $(PY)))
 EXPORT_SLICE ?= 6
 TORCH_SUBSET := tests/test_torch_compat.py tests/test_signing.py tests/test_conformance.py tests/test_subclasses.py \
-	tests/test_export_suite.py tests/test_cpp_runtime.py tests/test_storage_swaps.py
+	tests/test_export_suite.py tests/test_cpp_runtime.py tests/test_storage_swaps.py tests/test_export_replay.py
 # signing but for regional bundles (their fixture compiles the whole corpus); the conformance
 # matrix's onnx cells (make test runs them; each is a torch.onnx export, together over ten
 # minutes here); torchao's int8 model on aoti (seven minutes of compiling; its fx cell checks

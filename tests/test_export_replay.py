@@ -164,3 +164,28 @@ def test_lazy_caches_complex_tensors_and_module_dict_keys(tmp_path):
     expected = model(x, ids, rot)
     assert torch.equal(aotc.load(bundle, backend="fx")(x, ids, rot), expected)
     assert aotc.verify(bundle).ok
+
+
+class ChannelsLastGroupNorm(torch.nn.Module):
+    """timm's cpubone in small: group_norm of a channels-last tensor, then a reshape. CPU's
+    kernel returns the input's layout; from torch 2.14 the fake kernel traced says
+    contiguous, so the reshape is traced as a view, which the real layout refuses."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(8, 8, 1)
+        self.norm = torch.nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        y = self.norm(self.conv(x).contiguous(memory_format=torch.channels_last))
+        return y.reshape(2, 128).softmax(-1)  # a view where the layout is as traced
+
+
+@pytest.mark.parametrize("graphs", [("inference",), ("forward", "backward")])
+def test_group_norm_of_channels_last_then_view(tmp_path, graphs):
+    model, x = ChannelsLastGroupNorm(), torch.randn(2, 8, 4, 4)
+    bundle = aotc.export(model, ((x,), {}), tmp_path / "b", graphs=graphs).path
+    loaded = aotc.load(bundle, backend="fx", mode="train" if "backward" in graphs else "eval")
+    torch.testing.assert_close(loaded(x), model(x))
+    assert aotc.verify(bundle).ok

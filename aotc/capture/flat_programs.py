@@ -257,7 +257,7 @@ def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tan
     )
     stacks = module_stacks(gm)
     carry_module_stacks(gm, program, stacks)
-    graph_fixes.eager_group_norm(program.graph_module)
+    graph_fixes.eager_group_norm(program)
     backward = backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
         kind=kind,
@@ -337,7 +337,7 @@ def capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Na
         [*reals, *consts], [*vals, *consts], "backward", size_inputs,
     )
     carry_module_stacks(bw, program, forward.module_stacks)
-    graph_fixes.eager_group_norm(program.graph_module)
+    graph_fixes.eager_group_norm(program)
     return CapturedGraph(
         kind="backward",
         program=program,
