@@ -110,6 +110,31 @@ def test_onnx_that_onnxruntime_cannot_load_is_refused_by_name(tmp_path):
     assert aotc.load(path, backend="fx")(torch.ones(2, 32)).eq(2).all()  # the bundle is as it was
 
 
+class Positions(torch.nn.Module):
+    def forward(self, x, ids):
+        return x + ids.float().sum(-1, keepdim=True)
+
+
+def test_expanded_inputs(tmp_path):
+    """Flux's position ids are an expanded tensor (stride 0 over the batch): onnx's example
+    inputs take that layout, and a compiled layout that reads one element along a dim takes
+    only inputs that repeat along it (diffusers' Flux2 and SparseControlNet in the sweep)."""
+    from aotc.contract.aliasing import StrideGuard
+
+    x, ids = torch.randn(2, 16, 4), torch.arange(64).view(1, 16, 4).expand(2, 16, 4)
+    path = aotc.export(Positions(), (x, ids), tmp_path / "b").path
+    add_to_bundle(path)
+    loaded = aotc.load(path, backend="onnx")
+    torch.testing.assert_close(loaded(x, ids), Positions()(x, ids))
+    torch.testing.assert_close(loaded(x, ids.contiguous()), Positions()(x, ids))
+
+    guard = StrideGuard.of([2, 16, 4], [0, 4, 1], static=True)
+    fitted = guard.fit(ids.contiguous())
+    assert fitted.stride() == (0, 4, 1) and torch.equal(fitted, ids)
+    with pytest.raises(aotc.InputError, match=r"exported expanded along dim\(s\) \[0\] \(stride 0\).*differ"):
+        guard.fit(torch.arange(128).view(2, 16, 4))
+
+
 def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     # ONNX's training-mode BatchNormalization does not compute torch's batch statistics.
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")

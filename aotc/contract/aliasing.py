@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from aotc.errors import InputError
+
 
 def storage_key(t: torch.Tensor) -> tuple:
     return (t.device, t.untyped_storage().data_ptr())
@@ -191,9 +193,32 @@ class StrideGuard:
         expected = self.stride if self.stride is not None else dense_strides(t.shape, self.order)
         if t.stride() == expected or t.numel() <= 1:
             return t
-        out = torch.empty_strided(t.shape, expected, dtype=t.dtype, device=t.device)
+        dims = self.broadcast_dims(t.shape)
+        one = t
+        for d in dims:  # an expanded input (stride 0): the compiled code reads one element along d
+            one = one.narrow(d, 0, 1)
+        if dims and not torch.equal(one.expand(t.shape), t):
+            raise InputError(
+                f"an input of shape {tuple(t.shape)} was exported expanded along dim(s) {dims} (stride 0), "
+                "so the compiled code reads one element along them, and this one's values differ along "
+                "them. Pass it expanded as at export, or export with an input that is not expanded."
+            )
+        out = torch.empty_strided(one.shape, expected, dtype=t.dtype, device=t.device)
         with torch.no_grad():
-            return out.copy_(t)
+            out.copy_(one)
+        return out.as_strided(t.shape, expected) if dims else out
+
+    def broadcast_dims(self, shape) -> list[int]:
+        """The dims the compiled layout reads with stride 0 (an expanded input)."""
+        if self.stride is None:
+            return []
+        return [d for d, (n, s) in enumerate(zip(shape, self.stride)) if s == 0 and n > 1]
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` with one value along each broadcast dim, as an expanded input has."""
+        for d in self.broadcast_dims(t.shape):
+            t = t.narrow(d, 0, 1).expand(t.shape)
+        return t
 
 
 def dense_strides(shape, order: tuple[int, ...]) -> tuple[int, ...]:

@@ -225,7 +225,8 @@ def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torc
             lo, hi = meta.value_range or [0, 1]
             t = torch.randint(lo, hi + 1, shape, generator=g).to(dtype)
         # laid out as the example was: compiled graphs are built for that layout
-        flat.append(StrideGuard.of(meta.shape, meta.stride, static=not meta.dynamic_dims).fit(t.to(device)))
+        guard = StrideGuard.of(meta.shape, meta.stride, static=not meta.dynamic_dims)
+        flat.append(guard.fit(guard.broadcast(t.to(device))))
     groups = next((p.aliased_inputs for p in metadata.programs.values() if p.aliased_inputs), [])
     return pytree.tree_unflatten(realias(flat, groups), in_spec)
 
