@@ -73,6 +73,37 @@ def test_the_comparison_catches_a_cache_layer_that_lost_its_attributes():
     assert access_differs(generic, eager, dict(rtol=0, atol=0))[1] is not None
 
 
+def test_gradients_are_compared_to_float32_noise_and_no_further(tmp_path, monkeypatch):
+    """The fwd+bwd column allows a gradient eager's float32 rounding (measured against float64)
+    and not a gradient off by more: gradients moved by 1e-3 are WRONG."""
+    import torch
+
+    from benchmarks.sweep import columns
+    from benchmarks.sweep.columns import Context, aotc_fwd_bwd
+
+    class Net(torch.nn.Sequential):
+        def forward(self, x):
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    model = Net(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 4))
+    inputs = {"x": torch.randn(6, 8)}
+    ctx = Context("x", "transformers", model, inputs, model(**inputs), tmp_path)
+    assert aotc_fwd_bwd(ctx).status == "pass"
+
+    real, calls = columns._grads, []
+
+    def moved(model, inputs):  # the loaded bundle's gradients (the second call) off by 1e-3
+        loss, grads = real(model, inputs)
+        calls.append(model)
+        return loss, ({n: g + 1e-3 for n, g in grads.items()} if len(calls) == 2 else grads)
+
+    monkeypatch.setattr(columns, "_grads", moved)
+    (tmp_path / "fwd-bwd").rename(tmp_path / "first")
+    outcome = aotc_fwd_bwd(ctx)
+    assert outcome.status == "WRONG", outcome
+
+
 def test_a_slice_of_the_sweep(tmp_path):
     results = tmp_path / "results"
     proc = subprocess.run(

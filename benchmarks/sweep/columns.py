@@ -184,6 +184,40 @@ def _loss(out: Any) -> torch.Tensor:
     return sum(x.float().square().mean() for x in leaves)
 
 
+def _grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    loss = _loss(model(**inputs))
+    if not isinstance(loss, torch.Tensor):
+        return None, {}
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _float64_noise(ctx: Context, training: bool, loss: torch.Tensor, grads: dict[str, torch.Tensor]) -> dict[str, float]:
+    """How far eager's float32 loss and gradients are from eager's in float64: a correct
+    graph sums in another order and lands about as far (aotc's own check does the same,
+    aotc.tools.reference). Gradients of thousands through a dozen BatchNorms carry noise
+    of 0.1 (timm's rexnet). Empty where the model does not run in float64, or where its
+    loss in float64 is not float32's to rounding (another path, other random draws)."""
+    def wide(x):
+        return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+
+    try:
+        model = copy.deepcopy(ctx.model).double().train(training)
+        loss64, grads64 = _grads(model, {k: wide(v) for k, v in ctx.inputs.items()})
+    except Exception:
+        return {}
+    if loss64 is None or abs(loss.double().item() - loss64.item()) > 1e-4 * abs(loss64.item()) + 1e-6:
+        return {}
+    noise = {n: (g.double() - grads64[n]).abs().max().item() for n, g in grads.items()
+             if n in grads64 and g.dtype == torch.float32 and g.numel()}
+    return noise | {"loss": abs(loss.double().item() - loss64.item())}
+
+
+def _grad_tolerance(noise: float | None) -> dict:
+    return GRADS if noise is None else dict(rtol=GRADS["rtol"], atol=max(GRADS["atol"], 4 * noise))
+
+
 def aotc_fwd_bwd(ctx: Context) -> Outcome:
     import aotc
 
@@ -192,30 +226,26 @@ def aotc_fwd_bwd(ctx: Context) -> Outcome:
     aotc.export(eager, ((), ctx.inputs), path, graphs=("forward", "backward"))
     loaded = aotc.load(path, backend="fx", mode="train")
     eager.train(loaded.training)
-    torch.manual_seed(0)
-    want = _loss(eager(**ctx.inputs))
-    if not isinstance(want, torch.Tensor):
+    want, want_grads = _grads(eager, ctx.inputs)
+    if want is None:
         return Outcome("n/a", "no output takes a gradient")
-    torch.manual_seed(0)
-    got = _loss(loaded(**ctx.inputs))
-    why = differs(got, want, GRADS)
+    got, got_grads = _grads(loaded, ctx.inputs)
+    noise = _float64_noise(ctx, eager.training, want, want_grads)
+    why = differs(got, want, _grad_tolerance(noise.get("loss")))
     if why:
         return Outcome("WRONG", f"loss: {why}")
-    want.backward()
-    got.backward()
-    mine = dict(loaded.named_parameters())
     for name, p in eager.named_parameters():
-        g = mine[name].grad if name in mine else None
-        if p.grad is None:
+        g = got_grads.get(name)
+        if name not in want_grads:
             if g is not None and g.any():
                 return Outcome("WRONG", f"{name}: a gradient where eager has none")
             continue
         if g is None:
             return Outcome("WRONG", f"{name}: no gradient where eager has one")
-        why = differs(g, p.grad, GRADS)
+        why = differs(g, want_grads[name], _grad_tolerance(noise.get(name)))
         if why:
             return Outcome("WRONG", f"grad {name}: {why}")
-    return Outcome("pass", f"{sum(p.grad is not None for p in eager.parameters())} gradients")
+    return Outcome("pass", f"{len(want_grads)} gradients")
 
 
 def aotc_regions(ctx: Context) -> Outcome:
