@@ -122,3 +122,51 @@ def test_custom_function_with_dynamic_shapes_is_refused_at_export(tmp_path):
     with pytest.raises(CaptureError, match=r"custom autograd.Functions \(_HalfGrad\).*static shapes only"):
         aotc.export(HeadAndSpare(), ((x,), {}), tmp_path / "b", graphs=("forward", "backward"),
                     dynamic_shapes={"x": {0: torch.export.Dim("batch", min=2, max=16)}})
+
+
+# ------------------------------------------ layouts the re-exported flat programs must take
+
+
+class TransposedOutput(nn.Module):
+    """The output is a transpose, so AOTAutograd traces the backward with its tangent laid
+    out so, and views it on that layout; the runtime passes incoming gradients contiguous
+    (diffusers' HunyuanImage, Sana and UNet3D in the coverage sweep)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).transpose(1, 2)
+
+
+class ChannelsLast3dConv(nn.Module):
+    """A convolution of a channels-last-3d input, then a view only that layout allows:
+    torch.export's trace gives the convolution a contiguous output, eager and AOTAutograd
+    a channels-last one (diffusers' Mochi VAE)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv3d(8, 32, 1)
+
+    def forward(self, x):
+        y = self.conv(x.contiguous(memory_format=torch.channels_last_3d))
+        return y.permute(0, 2, 1, 3, 4).reshape(4, 32, 2, 2).tanh()
+
+
+@pytest.mark.parametrize("make, shape", [(TransposedOutput, (2, 64, 4)), (ChannelsLast3dConv, (2, 8, 2, 2, 2))])
+def test_forward_backward_with_layouts_torch_export_traces_otherwise(tmp_path, make, shape):
+    model, x = make(), torch.randn(shape)
+    bundle = aotc.export(model, ((x.clone().requires_grad_(),), {}), tmp_path / "b", graphs=("forward", "backward")).path
+    loaded = aotc.load(bundle, backend="fx", mode="train")
+    xe, xl = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want, got = model(xe), loaded(xl)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    want.backward(grad)
+    got.backward(grad)
+    torch.testing.assert_close(xl.grad, xe.grad)
+    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)

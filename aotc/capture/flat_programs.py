@@ -132,10 +132,18 @@ def export_dynamic_shapes(vals: list[Any], size_inputs: frozenset[int] = frozens
 
 def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind: str,
              size_inputs: frozenset[int] = frozenset()) -> ExportedProgram:
-    try:
-        program = torch.export.export(
+    def export():
+        return torch.export.export(
             fn, tuple(example_inputs), dynamic_shapes=export_dynamic_shapes(fake_vals, size_inputs), strict=False
         )
+
+    try:
+        try:
+            program = export()
+        except ValueError as e:
+            if not str(e).startswith("Cannot view a tensor") or not graph_fixes.views_as_reshapes(fn.fn):
+                raise
+            program = export()
         graph_fixes.savable(program)
         return program
     except Exception as e:
@@ -326,6 +334,7 @@ def capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Na
             i = saved_order[position]
             slots.append(Slot(f"saved[{i}]", "saved", None, i))
             reals.append(saved[i].detach())
+    graph_fixes.tangents_as_traced(bw, [p for p in placeholders if isinstance(p.meta.get("desc"), tc.TangentAOTInput)])
     keep, out_slots = kept_outputs(bw, names, loss=False)
     size_inputs = frozenset(range(num_sizes))
     vals = [p.meta.get("val") for p in placeholders]

@@ -98,6 +98,55 @@ def _complete_ranges(program: ExportedProgram) -> None:
                     known[sym] = shape_env.var_to_range[sym]
 
 
+def tangents_as_traced(gm: torch.fx.GraphModule, tangents: list[torch.fx.Node]) -> None:
+    """The runtime passes incoming gradients contiguous; AOTAutograd traced the backward with
+    each tangent laid out as its forward output (channels-last, or a transpose's strides:
+    diffusers' HunyuanImage, Sana, UNet3D), and views it on that layout. Each such tangent
+    is laid out so first, in the graph: permuted, copied contiguous, permuted back."""
+    for node in tangents:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dim() < 2:
+            continue
+        try:
+            strides = [int(s) for s in val.stride()]
+            sizes = [int(s) for s in val.shape]
+        except (TypeError, ValueError):  # symbolic strides: a dynamic-size backward keeps the tangent as given
+            continue
+        if val.is_contiguous() or 0 in strides or 0 in sizes:
+            continue
+        order = sorted(range(val.dim()), key=lambda d: (-strides[d], -d))
+        back = sorted(range(val.dim()), key=order.__getitem__)
+        graph = gm.graph
+        with graph.inserting_after(node):
+            outer = graph.call_function(torch.ops.aten.permute.default, (node, order))
+        with graph.inserting_after(outer):
+            dense = graph.call_function(torch.ops.aten.clone.default, (outer,), {"memory_format": torch.contiguous_format})
+        with graph.inserting_after(dense):
+            laid = graph.call_function(torch.ops.aten.permute.default, (dense, back))
+        for made, value in ((outer, val.permute(order)), (dense, val.permute(order).contiguous()), (laid, val)):
+            made.meta = {"val": value}
+        node.replace_all_uses_with(laid, delete_user_cb=lambda user: user is not outer)
+    gm.recompile()
+
+
+def views_as_reshapes(gm: torch.fx.GraphModule) -> bool:
+    """A captured graph's views of non-contiguous tensors as reshapes; whether there were any.
+
+    torch.export's trace gives some ops another layout than eager and AOTAutograd do (a
+    convolution of a channels-last-3d input comes out contiguous: diffusers' Mochi VAE), so
+    a view AOTAutograd traced on the real layout is refused when the captured graph is
+    exported again. A reshape is that view wherever the layout allows it (at run time, the
+    real layout always does), and a copy where export's layout does not."""
+    changed = False
+    for node in gm.graph.nodes:
+        val = node.args[0].meta.get("val") if node.target is torch.ops.aten.view.default else None
+        if isinstance(val, torch.Tensor) and not val.is_contiguous():
+            node.target = torch.ops.aten.reshape.default
+            changed = True
+    gm.recompile()
+    return changed
+
+
 def eager_group_norm(program: ExportedProgram) -> None:
     """Two differences between group_norm's CPU kernel and the fake one it was traced with:
 
