@@ -130,3 +130,24 @@ def test_a_cache_context_naming_a_private_attribute_is_refused():
     layer = {"type": "aotc.CacheLayer", "context": ["DynamicLayer", ["__class__"], [], []], "children_spec": [LEAF]}
     with pytest.raises(ValueError, match="public identifier"):
         _spec(layer)
+
+
+def test_dtype_and_device_settings_come_back():
+    """AXK2's indexer layers hold `indexer_dtype` (a torch.dtype) and `indexer_device`: the
+    dtype comes back as it was, the device as the one its tensors are on (the sweep's zoo
+    builds the model from a tiny config)."""
+    import tempfile
+
+    from benchmarks.sweep.zoos import find
+
+    model, inputs = find("transformers/axk2/causal-lm").build()
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = aotc.export(model, ((), inputs), f"{tmp}/b")
+        with torch.no_grad():
+            want = model(**inputs).past_key_values
+            got = aotc.load(bundle.path)(**inputs).past_key_values
+    settings = {k: v for k, v in _attributes(want.layers[0]).items() if isinstance(v, (torch.dtype, torch.device))}
+    assert set(settings) == {"indexer_dtype", "indexer_device"}
+    for i, (g, w) in enumerate(zip(got.layers, want.layers)):
+        for name, value in _attributes(w).items():
+            _same(getattr(g, name), value, f"layers[{i}].{name}")

@@ -53,6 +53,23 @@ def _library_class(name: str) -> type | None:
 # ----------------------------------------------------------------------- containers
 
 
+class _TensorsDevice:
+    """A setting that was a torch.device (DeepSeek-V3.2-style indexers' `indexer_device`):
+    read as the device the object's tensors are on, which follows the loaded module."""
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _TensorsDevice)
+
+    def __hash__(self) -> int:
+        return hash(_TensorsDevice)
+
+    def __repr__(self) -> str:
+        return "<the tensors' device>"
+
+
+_TENSORS_DEVICE = _TensorsDevice()
+
+
 class _Attributes:
     """An eager object's class name, tensors and settings, read by attribute."""
 
@@ -68,6 +85,11 @@ class _Attributes:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
+        if self._settings.get(name) is _TENSORS_DEVICE:
+            leaves = [t for t in pytree.tree_leaves(self._tensors) if isinstance(t, torch.Tensor)]
+            if not leaves:
+                raise AttributeError(f"'{self._type_name}.{name}' is the device of its tensors, and it holds none")
+            return leaves[0].device
         for found in (self._tensors, self._settings):
             if name in found:
                 return found[name]
@@ -182,7 +204,7 @@ def _all_tensors(value: Any) -> bool:
 
 
 def _plain(value: Any) -> bool:
-    if isinstance(value, _SCALARS):
+    if isinstance(value, (*_SCALARS, torch.dtype)):  # a dtype: DeepSeek-V3.2-style indexers' indexer_dtype
         return True
     return isinstance(value, dict) and all(isinstance(k, (int, str)) and isinstance(v, _SCALARS)
                                            for k, v in value.items())
@@ -204,6 +226,8 @@ def _split(obj: Any) -> tuple[str, dict[str, Any], dict[str, Any], list[str]]:
             symbolic.append(name)
         elif _all_tensors(value) and isinstance(value, (torch.Tensor, dict, list, tuple)):
             tensors[name] = value
+        elif isinstance(value, torch.device):
+            settings[name] = _TENSORS_DEVICE
         elif _plain(value):
             settings[name] = value
     return type(obj).__name__, tensors, settings, symbolic
@@ -249,10 +273,21 @@ def _check_name(name: Any, what: str) -> str:
 
 
 def _dump_setting(value: Any) -> Any:
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if value is _TENSORS_DEVICE:
+        return {"device": "tensors"}
     return {"items": [[k, v] for k, v in value]} if isinstance(value, _FrozenDict) else value
 
 
 def _load_setting(dumped: Any) -> Any:
+    if dumped == {"device": "tensors"}:
+        return _TENSORS_DEVICE
+    if isinstance(dumped, dict) and set(dumped) == {"dtype"}:
+        dtype = getattr(torch, dumped["dtype"], None) if isinstance(dumped["dtype"], str) else None
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"a cache setting's dtype is a torch dtype's name, found {dumped['dtype']!r}")
+        return dtype
     if isinstance(dumped, dict):
         items = dumped.get("items")
         if set(dumped) != {"items"} or not isinstance(items, list) or not all(
@@ -261,7 +296,7 @@ def _load_setting(dumped: Any) -> Any:
             raise ValueError("a cache setting that is a dict is {'items': [[key, value], ...]}")
         return _FrozenDict((k, v) for k, v in items)
     if not isinstance(dumped, _SCALARS):
-        raise ValueError(f"a cache setting is a number, string, None or a dict of them, found {dumped!r}")
+        raise ValueError(f"a cache setting is a number, string, None, a dtype or a dict of them, found {dumped!r}")
     return dumped
 
 
