@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -86,8 +87,38 @@ def _attention(query, key, value, dropout_p: float = 0.0, is_causal: bool = Fals
     return op.Where(op.Greater(sees_a_key, op.Constant(value_float=0.0)), result, zero), logsumexp
 
 
-# translations of torch.onnx's to replace, by op
-_TRANSLATIONS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention}
+def _safe_softmax(x, dim: int, dtype: int = -1):
+    """`aten._safe_softmax`, which torch.onnx has no translation for (it is what SDPA's math
+    path and transformers' eager attention trace to): softmax, with zeros for a row that is
+    all -inf where ONNX's Softmax gives NaN."""
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops.core import aten_softmax
+
+    result = aten_softmax(x, dim, dtype)
+    masked = op.Cast(op.Equal(x, op.CastLike(op.Constant(value_float=float("-inf")), x)), to=1)  # FLOAT
+    all_masked = op.Greater(op.ReduceMin(masked, op.Constant(value_ints=[dim]), keepdims=1), op.Constant(value_float=0.0))
+    return op.Where(all_masked, op.CastLike(op.Constant(value_float=0.0), result), result)
+
+
+# translations of torch.onnx's to replace or add, by op
+_TRANSLATIONS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
+    torch.ops.aten._safe_softmax.default: _safe_softmax,
+}
+
+
+def _translations(program) -> dict:
+    """_TRANSLATIONS, and where the graph holds a model library's own ops (transformers'
+    `grouped_mm_fallback` for mixture-of-experts layers on CPU), the library's translations
+    of them, from the ONNX exporter it ships."""
+    table = dict(_TRANSLATIONS)
+    if "transformers" in sys.modules and any(str(n.target).startswith("transformers.") for n in program.graph.nodes):
+        try:
+            from transformers.exporters.exporter_onnx import _ONNX_TRANSLATION_TABLE as library
+        except ImportError:  # a transformers without it: the ops are named as untranslatable
+            library = {}
+        table.update({op: fn for op, fn in library.items() if str(op).startswith("transformers.")})
+    return table
 
 
 # CPU kernels a bundle graph can hold that torch.onnx cannot translate, each as the ops it
@@ -154,10 +185,11 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
             for_onnx = onnx_ready(program)
             exported = torch.onnx.export(
                 for_onnx, tuple(example), dynamo=True, opset_version=opset, input_names=inputs,
-                output_names=outputs, verbose=False, report=False, custom_translation_table=_TRANSLATIONS,
+                output_names=outputs, verbose=False, report=False, custom_translation_table=_translations(for_onnx),
             )
     except Exception as e:
-        unsupported = tc.onnx_unsupported_ops(for_onnx.graph)
+        translated = {str(op) for op in _translations(for_onnx)}
+        unsupported = [op for op in tc.onnx_unsupported_ops(for_onnx.graph) if op not in translated]
         detail = f"operators without an ONNX translation: {', '.join(unsupported)}" if unsupported else (
             f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         )

@@ -135,6 +135,38 @@ def test_expanded_inputs(tmp_path):
         guard.fit(torch.arange(128).view(2, 16, 4))
 
 
+class SafeSoftmax(torch.nn.Module):
+    """What eager attention with a mask traces to: `_safe_softmax`, zeros for a row that
+    may attend to nothing."""
+
+    def forward(self, scores, mask):
+        return torch.ops.aten._safe_softmax(scores.masked_fill(mask, float("-inf")), -1)
+
+
+def test_safe_softmax_has_a_translation(tmp_path):
+    scores, mask = torch.randn(3, 5), torch.tensor([[False] * 5, [True] * 5, [True, False, True, False, False]])
+    path = aotc.export(SafeSoftmax(), (scores, mask), tmp_path / "b").path
+    add_to_bundle(path)
+    got, want = aotc.load(path, backend="onnx")(scores, mask), SafeSoftmax()(scores, mask)
+    assert want[1].eq(0).all()
+    torch.testing.assert_close(got, want)
+
+
+def test_transformers_own_ops_take_its_translations(tmp_path):
+    """DeepSeek-V3's mixture of experts runs transformers' `grouped_mm_fallback` op on CPU:
+    the translation transformers' own ONNX exporter ships for it is used."""
+    pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
+    from benchmarks.sweep.zoos import find
+
+    model, inputs = find("transformers/deepseek_v3/causal-lm").build()
+    path = aotc.export(model, ((), inputs), tmp_path / "b").path
+    assert "transformers.grouped_mm_fallback" in (path / "graphs" / "inference.pt2").read_bytes().decode("latin-1")
+    add_to_bundle(path)
+    with torch.no_grad():
+        got, want = aotc.load(path, backend="onnx")(**inputs), model(**inputs)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-3, atol=1e-4)
+
+
 def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     # ONNX's training-mode BatchNormalization does not compute torch's batch statistics.
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")
