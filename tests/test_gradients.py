@@ -170,3 +170,22 @@ def test_forward_backward_with_layouts_torch_export_traces_otherwise(tmp_path, m
     torch.testing.assert_close(xl.grad, xe.grad)
     for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
         torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+
+def test_tied_weights_taken_twice_get_the_sum_of_their_gradients(tmp_path):
+    """BLOOM's LM head is its embedding, and its graph takes that parameter once per use, with
+    a gradient each: .grad is their sum, as eager's (it was the head's alone, and export's
+    check refused the bundle)."""
+    pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
+    from benchmarks.sweep.zoos import find
+
+    model, inputs = find("transformers/bloom/causal-lm").build()
+    inputs = {**inputs, "use_cache": False}
+    assert model.lm_head.weight is model.transformer.word_embeddings.weight
+    bundle = aotc.export(model, ((), inputs), tmp_path / "b", graphs=("forward", "backward")).path
+    loaded = aotc.load(bundle, backend="fx", mode="train")
+    model.train(loaded.training)
+    model(**inputs).logits.square().mean().backward()
+    loaded(**inputs).logits.square().mean().backward()
+    want = model.transformer.word_embeddings.weight.grad
+    torch.testing.assert_close(dict(loaded.named_parameters())["transformer.word_embeddings.weight"].grad, want)

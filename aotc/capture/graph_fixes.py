@@ -107,11 +107,9 @@ def tangents_as_traced(gm: torch.fx.GraphModule, tangents: list[torch.fx.Node]) 
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.dim() < 2:
             continue
-        try:
-            strides = [int(s) for s in val.stride()]
-            sizes = [int(s) for s in val.shape]
-        except (TypeError, ValueError):  # symbolic strides: a dynamic-size backward keeps the tangent as given
-            continue
+        if any(isinstance(s, torch.SymInt) for s in (*val.shape, *val.stride())):
+            continue  # a dynamic size (int() would specialize it): the backward keeps the tangent as given
+        strides, sizes = list(val.stride()), list(val.shape)
         if val.is_contiguous() or 0 in strides or 0 in sizes:
             continue
         order = sorted(range(val.dim()), key=lambda d: (-strides[d], -d))
