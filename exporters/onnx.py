@@ -133,6 +133,24 @@ def onnx_ready(program):
     return program.run_decompositions(table) if table else program
 
 
+def _optimized(exported) -> None:
+    """torch.onnx's optimization (onnxscript's constant folding, rewrite rules and fusions) without
+    the rules that drop `x + 0`, `x - 0`, `x * 1` and `x / 1`: they match constants within
+    1e-8 of 0, so an epsilon that keeps a division finite (`x / (s + 1e-15)`: diffusers'
+    Sana linear attention) vanished, and onnxruntime returned NaN where torch gives 0."""
+    from onnxscript import rewriter  # onnxscript: optional (aotc[onnx])
+    from onnxscript.rewriter.rules.common import _no_op
+
+    # onnxscript's own names (0.7): the optimizer reads its rule list from the module
+    inexact = set(_no_op.rules)
+    default = rewriter._DEFAULT_REWRITE_RULES
+    try:
+        rewriter._DEFAULT_REWRITE_RULES = tuple(r for r in default if r not in inexact)
+        exported.optimize()  # what torch.onnx.export(optimize=True) runs
+    finally:
+        rewriter._DEFAULT_REWRITE_RULES = default
+
+
 def artifact_path(kind: str, device: str = "cpu") -> str:
     """One ONNX model per graph, for any device (onnxruntime picks the provider)."""
     return f"onnx/{kind}.onnx"
@@ -186,7 +204,9 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
             exported = torch.onnx.export(
                 for_onnx, tuple(example), dynamo=True, opset_version=opset, input_names=inputs,
                 output_names=outputs, verbose=False, report=False, custom_translation_table=_translations(for_onnx),
+                optimize=False,  # see _optimized
             )
+            _optimized(exported)
     except Exception as e:
         translated = {str(op) for op in _translations(for_onnx)}
         unsupported = [op for op in tc.onnx_unsupported_ops(for_onnx.graph) if op not in translated]

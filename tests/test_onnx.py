@@ -167,6 +167,27 @@ def test_transformers_own_ops_take_its_translations(tmp_path):
     torch.testing.assert_close(got.logits, want.logits, rtol=1e-3, atol=1e-4)
 
 
+class EpsilonDivide(torch.nn.Module):
+    """diffusers' Sana linear attention: a ReLU kernel's sums can be 0, and an epsilon keeps
+    the division finite."""
+
+    def forward(self, x):
+        scores = torch.relu(x)
+        return scores / (scores.sum(-1, keepdim=True) + 1e-15)
+
+
+def test_an_epsilon_is_kept(tmp_path):
+    """onnxscript's optimizer drops `x + c` for any |c| < 1e-8 as `x + 0`: onnxruntime gave
+    0/0 = NaN where torch gives 0."""
+    x = torch.randn(4, 8)
+    x[1] = -1.0  # a row whose scores are all 0
+    path = aotc.export(EpsilonDivide(), (x,), tmp_path / "b").path
+    add_to_bundle(path)
+    got, want = aotc.load(path, backend="onnx")(x), EpsilonDivide()(x)
+    assert want[1].eq(0).all()
+    torch.testing.assert_close(got, want)
+
+
 def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     # ONNX's training-mode BatchNormalization does not compute torch's batch statistics.
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")

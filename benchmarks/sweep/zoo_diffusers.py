@@ -1121,7 +1121,8 @@ def _():
 
     m = PRXTransformer2DModel(in_channels=4, patch_size=2, context_in_dim=16, hidden_size=32,
                               mlp_ratio=2.0, num_heads=2, depth=2, axes_dim=[8, 8])
-    return m, {"hidden_states": randn(B, 4, 16, 16), "timestep": flow_t(),
+    # PRXPipeline passes t / num_train_timesteps, in [0, 1] (the model scales by 1000 itself)
+    return m, {"hidden_states": randn(B, 4, 16, 16), "timestep": flow_t(1.0),
                "encoder_hidden_states": randn(B, 7, 16),
                "attention_mask": torch.ones(B, 7, dtype=torch.bool)}
 
