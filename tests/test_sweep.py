@@ -51,7 +51,7 @@ def test_a_backend_that_fails_where_fx_passes_fails_the_sweep():
 def test_a_pinned_refusal_is_accepted_by_its_words_only(monkeypatch):
     from benchmarks.sweep import table
 
-    monkeypatch.setattr(table, "PINNED", {("transformers/x/*", "aoti"): "could not compile"})
+    monkeypatch.setattr(table, "PINNED", {("transformers/x/*", "aoti"): ("could not compile", "a reason")})
     record = _record(fx=("pass", ""), aoti=("refused", "AOTInductor could not compile"))
     assert problems_of(record) == []
     record = _record(fx=("pass", ""), aoti=("refused", "something else"))

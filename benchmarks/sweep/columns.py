@@ -61,9 +61,19 @@ class Context:
     root: Path
     earlier: dict[str, str] = field(default_factory=dict)  # column -> status, from an earlier pass
     made: dict[str, Any] = field(default_factory=dict)  # column -> its bundle path, when it made one
+    _noise: dict[int, float] | None = None
 
     def fx_status(self) -> str | None:
         return "pass" if "fx" in self.made else self.earlier.get("fx")
+
+    def noise(self) -> dict[int, float]:
+        """Per float32 tensor of eager's output (by id): 4x its distance from eager in float64,
+        the rounding a correct graph that sums in another order shows (aotc's fx decomposes
+        grid_sample: Deformable DETR lands 6e-5 off). Empty where the model does not run in
+        float64 or an output moves by over 1% there (another path)."""
+        if self._noise is None:
+            self._noise = _inference_noise(self)
+        return self._noise
 
     def call(self, module: Callable) -> Any:
         torch.manual_seed(0)
@@ -77,10 +87,41 @@ def _aotc_error(e: BaseException) -> bool:
     return isinstance(e, AotcError)
 
 
+def _inference_noise(ctx: Context) -> dict[int, float]:
+    from aotc._torch_compat import pytree
+    from aotc.contract.outputs import plain_outputs
+
+    def wide(x):
+        return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+
+    try:
+        model = copy.deepcopy(ctx.model).double()
+        torch.manual_seed(0)
+        with torch.no_grad():
+            eager64 = model(**pytree.tree_map(wide, ctx.inputs))
+        got = pytree.tree_leaves(plain_outputs(eager64))
+    except Exception:
+        return {}
+    want = pytree.tree_leaves(plain_outputs(ctx.eager))
+    if len(got) != len(want):
+        return {}
+    noise = {}
+    for w, g in zip(want, got):
+        if not (isinstance(w, torch.Tensor) and w.dtype == torch.float32 and isinstance(g, torch.Tensor)) \
+                or g.shape != w.shape or not w.numel():
+            continue
+        far = (w.double() - g).abs().nan_to_num(0.0).max().item()
+        if far > 1e-2 * g.abs().nan_to_num(0.0).max().item() + 1e-5:
+            return {}
+        noise[id(w)] = 4 * far
+    return noise
+
+
 def _checked(got: Any, ctx: Context, tol: dict) -> Outcome:
-    why = differs(got, ctx.eager, tol)
+    noise = ctx.noise()
+    why = differs(got, ctx.eager, tol, noise)
     if why is None:
-        paths, why = access_differs(got, ctx.eager, tol)
+        paths, why = access_differs(got, ctx.eager, tol, noise)
         if why is None:
             return Outcome("pass", f"{paths} access paths")
     return Outcome("WRONG", why)
@@ -125,7 +166,7 @@ def torch_onnx(ctx: Context) -> Outcome:
     want = [x for x in pytree.tree_leaves(ctx.eager) if isinstance(x, torch.Tensor)]
     if len(got) != len(want):
         return Outcome("WRONG", f"{len(got)} outputs where eager has {len(want)} tensors")
-    why = differs(got, want, VALUES["onnx"])
+    why = differs(got, want, VALUES["onnx"], ctx.noise())
     return Outcome("WRONG", why) if why else Outcome("pass")
 
 
@@ -197,8 +238,10 @@ def _float64_noise(ctx: Context, training: bool, loss: torch.Tensor, grads: dict
     """How far eager's float32 loss and gradients are from eager's in float64: a correct
     graph sums in another order and lands about as far (aotc's own check does the same,
     aotc.tools.reference). Gradients of thousands through a dozen BatchNorms carry noise
-    of 0.1 (timm's rexnet). Empty where the model does not run in float64, or where its
-    loss in float64 is not float32's to rounding (another path, other random draws)."""
+    of 0.1 (timm's rexnet); EfficientViM's, whose loss in float64 is 0.2% off float32's, of
+    9 (of 47) where aotc's is 0.8 from eager's. Empty where the model does not run in
+    float64, or where its loss in float64 is over 1% off (another path, other random draws),
+    the same bound as aotc's own check."""
     def wide(x):
         return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
 
@@ -207,7 +250,7 @@ def _float64_noise(ctx: Context, training: bool, loss: torch.Tensor, grads: dict
         loss64, grads64 = _grads(model, {k: wide(v) for k, v in ctx.inputs.items()})
     except Exception:
         return {}
-    if loss64 is None or abs(loss.double().item() - loss64.item()) > 1e-4 * abs(loss64.item()) + 1e-6:
+    if loss64 is None or abs(loss.double().item() - loss64.item()) > 1e-2 * abs(loss64.item()) + 1e-6:
         return {}
     noise = {n: (g.double() - grads64[n]).abs().max().item() for n, g in grads.items()
              if n in grads64 and g.dtype == torch.float32 and g.numel()}

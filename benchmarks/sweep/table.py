@@ -32,10 +32,10 @@ def _status(record: dict, column: str) -> str | None:
 
 
 def pinned(name: str, column: str, detail: str) -> str | None:
-    """The pinned reason for this cell, if its detail has the pinned words."""
-    for (pattern, col), words in PINNED.items():
+    """Why this cell is expected to fail, if its detail has the pinned words."""
+    for (pattern, col), (words, why) in PINNED.items():
         if col == column and fnmatch(name, pattern) and words in detail:
-            return words
+            return why
     return None
 
 
@@ -86,7 +86,7 @@ def _details(records: list[dict]) -> list[str]:
         for column, found in r.get("columns", {}).items():
             if found["status"] not in ("pass", "n/a"):
                 why = pinned(r["name"], column, found["detail"])
-                mark = " (pinned)" if why else ""
+                mark = f" (pinned: {why})" if why else ""
                 lines.append(f"- `{r['name']}` · {column} · {found['status']}{mark}: {found['detail'][:240]}")
     return lines
 
