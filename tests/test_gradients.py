@@ -189,3 +189,25 @@ def test_tied_weights_taken_twice_get_the_sum_of_their_gradients(tmp_path):
     loaded(**inputs).logits.square().mean().backward()
     want = model.transformer.word_embeddings.weight.grad
     torch.testing.assert_close(dict(loaded.named_parameters())["transformer.word_embeddings.weight"].grad, want)
+
+
+def test_a_backward_whose_eager_layout_is_not_the_traced_one(tmp_path):
+    """Doge's backward: softplus_backward's CPU kernel lays its result out as its
+    non-contiguous gradient, where the traced (fake) layout is contiguous, and a view the
+    traced layout allowed failed at run time."""
+    pytest.importorskip("transformers", reason="the hf extra (make test installs it)")
+    from benchmarks.sweep.zoos import find
+
+    model, inputs = find("transformers/doge/causal-lm").build()
+    inputs = {**inputs, "use_cache": False}
+    bundle = aotc.export(model, ((), inputs), tmp_path / "b", graphs=("forward", "backward")).path
+    loaded = aotc.load(bundle, backend="fx", mode="train")
+    model.train(loaded.training)
+    torch.manual_seed(0)
+    model(**inputs).logits.square().mean().backward()
+    torch.manual_seed(0)
+    loaded(**inputs).logits.square().mean().backward()
+    mine = dict(loaded.named_parameters())
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(mine[name].grad, p.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"{name}: {m}")

@@ -144,6 +144,7 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
             if not str(e).startswith("Cannot view a tensor") or not graph_fixes.views_as_reshapes(fn.fn):
                 raise
             program = export()
+        graph_fixes.reshapes_for_views(program)
         graph_fixes.savable(program)
         return program
     except Exception as e:

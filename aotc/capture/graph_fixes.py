@@ -145,6 +145,19 @@ def views_as_reshapes(gm: torch.fx.GraphModule) -> bool:
     return changed
 
 
+def reshapes_for_views(program: ExportedProgram) -> None:
+    """A flat program's views as reshapes, which are the same view wherever the layout
+    allows one. Its layouts are the fake kernels' and some eager kernels lay out their
+    result otherwise: softplus_backward follows its non-contiguous gradient where the fake
+    one says contiguous (Doge's backward), and a view the fake layout allowed fails on the
+    real one. A reshape then copies, and computes the same values."""
+    gm = program.graph_module
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    gm.recompile()
+
+
 def eager_group_norm(program: ExportedProgram) -> None:
     """Two differences between group_norm's CPU kernel and the fake one it was traced with:
 
