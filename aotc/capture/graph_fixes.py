@@ -159,17 +159,16 @@ def reshapes_for_views(program: ExportedProgram) -> None:
 
 
 def eager_group_norm(program: ExportedProgram) -> None:
-    """Two differences between group_norm's CPU kernel and the fake one it was traced with:
+    """Eager's group_norm makes its input contiguous in the memory format the real input
+    suggests before the CPU kernel, which asserts it. Traced on fake tensors, that step
+    vanishes where the fake input looked contiguous, but a real one with a size-1 dim (a
+    batch of 1) can have other strides (diffusers' VAE attention block gives (32, 1, 512,
+    32) where the fake had (8192, 1, 512, 32)), and the kernel refuses it. Where only the
+    normalized output is used (inference), the graph calls eager's group_norm itself.
 
-    - Eager's group_norm makes its input contiguous in the memory format the real input
-      suggests before the CPU kernel, which asserts it. Traced on fake tensors, that step
-      vanishes where the fake input looked contiguous, but a real one with a size-1 dim (a
-      batch of 1) can have other strides (diffusers' VAE attention block gives (32, 1, 512,
-      32) where the fake had (8192, 1, 512, 32)), and the kernel refuses it. Where only the
-      normalized output is used (inference), the graph calls eager's group_norm itself.
-    - The kernel returns a channels-last input's layout, where the fake kernel says
-      contiguous, and the graph after it was traced for the contiguous one (timm's cpubone
-      views it). The output is made contiguous, as traced (and as saved for backward)."""
+    (From torch 2.14 the fake kernel also says contiguous where the CPU kernel keeps a
+    channels-last input's layout. The graph keeps eager's layout, which a dropout after it
+    draws its mask in, and reshapes_for_views makes the views after it hold: timm's cpubone.)"""
     gm = program.graph_module
     for node in list(gm.graph.nodes):
         if node.target is not torch.ops.aten.native_group_norm.default:
@@ -179,37 +178,14 @@ def eager_group_norm(program: ExportedProgram) -> None:
         if not isinstance(val, torch.Tensor) or val.device.type != "cpu":
             continue
         users = list(node.users)
+        if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in users):
+            continue  # mean and rstd are saved for backward: only native_group_norm gives them
         outputs = [u for u in users if u.args[1] == 0]
-        if all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in users):
-            with gm.graph.inserting_before(node):
-                made = gm.graph.call_function(torch.ops.aten.group_norm.default, (x, groups, weight, bias, eps, False))
-            made.meta = {**node.meta, "val": outputs[0].meta.get("val")} if outputs else dict(node.meta)
-            for u in users:
-                u.replace_all_uses_with(made)
-                gm.graph.erase_node(u)
-            gm.graph.erase_node(node)
-            outputs = [made] if outputs else []
-        # otherwise mean and rstd are saved for backward: only native_group_norm gives them
-        for out in outputs:
-            if _channels_last(val) and out.meta.get("val") is not None and out.meta["val"].is_contiguous():
-                _contiguous_after(program, out)
+        with gm.graph.inserting_before(node):
+            made = gm.graph.call_function(torch.ops.aten.group_norm.default, (x, groups, weight, bias, eps, False))
+        made.meta = {**node.meta, "val": outputs[0].meta.get("val")} if outputs else dict(node.meta)
+        for u in users:
+            u.replace_all_uses_with(made)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(node)
     gm.recompile()
-
-
-def _contiguous_after(program: ExportedProgram, node: torch.fx.Node) -> None:
-    """`node`'s users, the program's outputs among them, take it in contiguous memory, as its
-    traced value says it is."""
-    graph = program.graph_module.graph
-    with graph.inserting_after(node):
-        made = graph.call_function(torch.ops.aten.clone.default, (node,), {"memory_format": torch.contiguous_format})
-    made.meta = dict(node.meta)
-    node.replace_all_uses_with(made, delete_user_cb=lambda user: user is not made)
-    for spec in program.graph_signature.output_specs:
-        if getattr(spec.arg, "name", None) == node.name:
-            spec.arg.name = made.name
-
-
-def _channels_last(t: torch.Tensor) -> bool:
-    return not t.is_contiguous() and (
-        (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last))
-        or (t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d)))
