@@ -144,7 +144,6 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
             if not str(e).startswith("Cannot view a tensor") or not graph_fixes.views_as_reshapes(fn.fn):
                 raise
             program = export()
-        graph_fixes.reshapes_for_views(program)
         graph_fixes.savable(program)
         return program
     except Exception as e:
@@ -294,6 +293,7 @@ def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tan
     stacks = module_stacks(gm)
     carry_module_stacks(gm, program, stacks)
     graph_fixes.eager_group_norm(program)
+    graph_fixes.reshapes_for_views(program)  # after the module stacks, which align ops by target
     backward = backward_signature(out_slots) if kind in ("joint", "backward") else None
     return CapturedGraph(
         kind=kind,
@@ -375,6 +375,7 @@ def capture_backward(bw, forward: CapturedGraph, fw_values: list[Any], names: Na
     )
     carry_module_stacks(bw, program, forward.module_stacks)
     graph_fixes.eager_group_norm(program)
+    graph_fixes.reshapes_for_views(program)  # after the module stacks, which align ops by target
     return CapturedGraph(
         kind="backward",
         program=program,

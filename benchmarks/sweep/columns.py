@@ -266,6 +266,10 @@ def aotc_fwd_bwd(ctx: Context) -> Outcome:
 
     path = ctx.root / "fwd-bwd"
     eager = copy.deepcopy(ctx.model)
+    try:  # forward+backward bundles train: eager itself may refuse these inputs in training mode
+        _grads(copy.deepcopy(ctx.model).train(), ctx.inputs)
+    except Exception as e:
+        return Outcome("n/a", f"eager fails in training mode: {first_line(e)}")
     aotc.export(eager, ((), ctx.inputs), path, graphs=("forward", "backward"))
     loaded = aotc.load(path, backend="fx", mode="train")
     eager.train(loaded.training)
