@@ -37,6 +37,9 @@ def _write(path: Path, record: dict) -> None:
     os.replace(tmp, path)
 
 
+COMMIT = os.environ.get("AOTC_SWEEP_COMMIT", "?")  # the aotc commit each column ran (set by run.py)
+
+
 def run_case(name: str, out: Path, columns: list[str]) -> None:
     case = find(name)
     record = {"name": name, "library": case.library, "family": case.family, "head": case.head,
@@ -70,7 +73,7 @@ def run_case(name: str, out: Path, columns: list[str]) -> None:
         for column in columns:
             record["running"] = column
             _write(out, record)
-            record["columns"][column] = asdict(run_column(column, ctx))
+            record["columns"][column] = {**asdict(run_column(column, ctx)), "commit": COMMIT}
         record["running"] = None
         _write(out, record)
 

@@ -102,15 +102,25 @@ def result_path(results: Path, name: str) -> Path:
     return results / (name.replace("/", "__") + ".json")
 
 
-def missing(p: Planned, results: Path) -> Planned | None:
-    """`p` with only the columns its result lacks (None: nothing left), for --resume."""
+def missing(p: Planned, results: Path, commit: str | None = None) -> Planned | None:
+    """`p` with only the columns its result lacks (None: nothing left), for --resume; with
+    `commit`, columns another commit ran count as missing too."""
     record = _read(p, results)
     if record is None:
         return p
     if record.get("eager") != "ok":
         return None
-    left = tuple(c for c in p.columns if c not in record["columns"] or c == record.get("running"))
+    left = tuple(c for c in p.columns if c not in record["columns"] or c == record.get("running")
+                 or (commit and record["columns"][c].get("commit") != commit))
     return dataclasses.replace(p, columns=left) if left else None
+
+
+def current_commit() -> str:
+    """HEAD's short hash, with "+" where the working tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return (head or "?") + ("+" if dirty else "")
 
 
 def _read(p: Planned, results: Path) -> dict | None:
@@ -125,7 +135,7 @@ def run_group(group: list[Planned], timeout: float, results: Path, resume: bool)
     for p in group:
         if not resume:
             result_path(results, p.name).unlink(missing_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", AOTC_SWEEP_COMMIT=current_commit())
     records, left = [], list(group)
     while left:
         venv = left[0].venv
@@ -179,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="store_true",
                     help="keep finished results: run only the columns each case lacks")
     ap.add_argument("--libraries", default="transformers,diffusers,timm")
+    ap.add_argument("--stale", action="store_true",
+                    help="with --resume, also run again the columns an earlier commit ran")
     ap.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
     ap.add_argument("--columns", default="", help="these columns only (comma-separated), on every case")
     ap.add_argument("--skip", default="", help="leave these columns out (comma-separated), e.g. aoti,torch.compile")
@@ -198,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip:
         skip = set(args.skip.split(","))
         planned = [dataclasses.replace(p, columns=tuple(c for c in p.columns if c not in skip)) for p in planned]
-    todo = [] if args.table_only else [p for p in (missing(p, results) if args.resume else p for p in planned) if p]
+    commit = current_commit() if args.stale else None
+    todo = [] if args.table_only else [p for p in (missing(p, results, commit) if args.resume else p for p in planned) if p]
     # every family's representative first: a run stopped early has covered the most architectures
     todo.sort(key=lambda p: (not p.representative, p.name))
     groups = chunks(todo)

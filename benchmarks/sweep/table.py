@@ -91,6 +91,13 @@ def _details(records: list[dict]) -> list[str]:
     return lines
 
 
+def _commits(records: list[dict]) -> str:
+    """How many cells each aotc commit ran ("+": with changes not committed; "?": before
+    cells recorded it). One commit throughout is what `--resume --stale` makes."""
+    ran = Counter(o.get("commit", "?") for r in records for o in r.get("columns", {}).values())
+    return ", ".join(f"{c} ({n} cells)" for c, n in ran.most_common()) or "none"
+
+
 def render(records: list[dict], problems: list[str], planned: int) -> str:
     counts = _counts(records)
     torches = sorted({r.get("torch", "?") for r in records})
@@ -104,6 +111,7 @@ def render(records: list[dict], problems: list[str], planned: int) -> str:
            "the rest did not build or run in eager from a small config, listed below).", "",
            *([f"**This run is not finished: {len(records)} of {planned} cases have a result.** "
               "`make sweep SWEEP_ARGS=--resume` goes on with the rest.", ""] if len(records) < planned else []),
+           f"aotc commits the cells ran on: {_commits(records)}.", "",
            "| column | architectures passed | cases passed | WRONG | refused / failed |",
            "| --- | --- | --- | --- | --- |"]
     for column in COLUMNS:
