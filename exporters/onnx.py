@@ -100,10 +100,27 @@ def _safe_softmax(x, dim: int, dtype: int = -1):
     return op.Where(all_masked, op.CastLike(op.Constant(value_float=0.0), result), result)
 
 
+def _is_all_true(x):
+    """`aten._is_all_true` (a bool tensor's `.all()` feeding a runtime check: D-FINE's): a 0-d bool."""
+    from onnxscript import opset18 as op
+
+    return op.Cast(op.ReduceMin(op.Cast(op.Reshape(x, op.Constant(value_ints=[-1])), to=6), keepdims=0), to=9)  # INT32, BOOL
+
+
+def _rsub_scalar(x, other, alpha=1.0):
+    """`aten.rsub.Scalar`: other - alpha * x."""
+    from onnxscript import opset18 as op
+
+    scaled = x if alpha == 1 else op.Mul(x, op.CastLike(op.Constant(value_float=float(alpha)), x))
+    return op.Sub(op.CastLike(op.Constant(value_float=float(other)), x), scaled)
+
+
 # translations of torch.onnx's to replace or add, by op
 _TRANSLATIONS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
     torch.ops.aten._safe_softmax.default: _safe_softmax,
+    torch.ops.aten._is_all_true.default: _is_all_true,
+    torch.ops.aten.rsub.Scalar: _rsub_scalar,
 }
 
 

@@ -323,6 +323,20 @@ COLUMNS: dict[str, Callable[[Context], Outcome]] = {
 ANCHORS = ("torch.export", "torch.onnx", "torch.compile", "torch.export+caches")
 
 
+TRAINING_EXPORT_FAILS = " [torch.export in training mode fails too: "
+
+
+def _torch_export_in_training(ctx: Context) -> str:
+    """Forward+backward bundles capture the model in training mode, which can take code
+    paths eval mode does not (DETR's clamp of non-finite states): where torch.export of the
+    training-mode model fails too, the refusal is one torch has, and the row says so."""
+    try:
+        torch.export.export(copy.deepcopy(ctx.model).train(), (), ctx.inputs, strict=False)
+    except Exception as e:
+        return f"{TRAINING_EXPORT_FAILS}{first_line(e)}]"
+    return ""
+
+
 def run_column(name: str, ctx: Context) -> Outcome:
     start = time.perf_counter()
     try:
@@ -332,5 +346,7 @@ def run_column(name: str, ctx: Context) -> Outcome:
             outcome = Outcome("fail", first_line(e))
         else:
             outcome = Outcome("refused" if _aotc_error(e) else "crash", first_line(e))
+            if name == "fwd+bwd" and outcome.status == "refused":
+                outcome.detail += _torch_export_in_training(ctx)
     outcome.seconds = round(time.perf_counter() - start, 1)
     return outcome
