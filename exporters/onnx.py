@@ -206,6 +206,14 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
             "others, so its results would not be eager's. Use the fx or aoti backend for this graph "
             "(they replay torch's random stream), or make the model deterministic (e.g. eval-mode dropout)."
         )
+    complex_ops = sorted({str(n.target) for n in program.graph.nodes if n.op == "call_function"
+                          and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].is_complex()})
+    if complex_ops:
+        raise AotcError(
+            f"The {kind} graph computes with complex tensors ({', '.join(complex_ops[:4])}"
+            f"{', ...' if len(complex_ops) > 4 else ''}), which ONNX has no type for. Use the fx or aoti "
+            "backend for this graph."
+        )
     example = example_graph_inputs(bundle, kind, torch.device("cpu"))
     sig = bundle.signature.graphs[kind]
     inputs = onnx_names([s.name for s in sig.inputs])

@@ -188,6 +188,20 @@ def test_an_epsilon_is_kept(tmp_path):
     torch.testing.assert_close(got, want)
 
 
+def test_complex_tensors_are_refused_by_name(tmp_path):
+    """Rotary embeddings as complex numbers (diffusers' Lumina, QwenImage, ZImage): ONNX has
+    no complex type, and torch.onnx's failure said only that step 3 failed."""
+
+    class Rotate(torch.nn.Module):
+        def forward(self, x, angle):
+            z = torch.view_as_complex(x.view(*x.shape[:-1], -1, 2)) * torch.polar(torch.ones_like(angle), angle)
+            return torch.view_as_real(z).flatten(-2)
+
+    path = aotc.export(Rotate(), (torch.randn(3, 8), torch.randn(3, 4)), tmp_path / "b").path
+    with pytest.raises(aotc.AotcError, match="computes with complex tensors .*which ONNX has no type for"):
+        add_to_bundle(path)
+
+
 def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     # ONNX's training-mode BatchNormalization does not compute torch's batch statistics.
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")

@@ -27,3 +27,24 @@ class Case:
 
 def seeded(seed: int = 0) -> None:
     torch.manual_seed(seed)
+
+
+@torch.no_grad()
+def unzero(model: torch.nn.Module) -> None:
+    """Re-initialise parameters that start all zero, biases aside: zero heads (hiera, gMLP),
+    zero last-BN gammas (ResNets' zero_init_last), zero relative-position tables, ControlNet's
+    zero convs. Left zero, what they multiply never reaches the output, so comparing an export
+    with eager would not see it. Matrices and kernels get the default Linear/Conv init; scales
+    and gates (1-D) a value near their usual 1. Parameters a class leaves uninitialised
+    (`torch.empty`: NucleusMoE's experts), where that memory holds NaN or huge values, get the
+    same: they made eager's own gradients NaN in some processes and not in others."""
+    for name, p in model.named_parameters():
+        if not p.is_floating_point() or not p.numel():
+            continue
+        garbage = not p.isfinite().all() or p.abs().max() > 1e4
+        if not garbage and (name.endswith("bias") or p.any()):
+            continue
+        if p.dim() >= 2:
+            torch.nn.init.kaiming_uniform_(p, a=5 ** 0.5)
+        else:
+            torch.nn.init.uniform_(p, 0.5, 1.5)

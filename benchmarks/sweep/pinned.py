@@ -13,7 +13,13 @@ _TIES = ("onnxruntime does not reproduce",
          "its query selection takes the top-k of scores that tie in a randomly initialised tiny model, and "
          "onnxruntime breaks ties in another order than torch; export's check refuses the ONNX model")
 
+_COMPLEX = ("computes with complex tensors",
+            "its rotary embedding multiplies complex numbers, and ONNX has no complex type (torch.onnx fails too)")
+
 PINNED: dict[tuple[str, str], tuple[str, str]] = {
+    **{(f"diffusers/{c}", "onnx"): _COMPLEX for c in (
+        "LuminaNextDiT2DModel", "NucleusMoEImageTransformer2DModel", "QwenImageControlNetModel",
+        "QwenImageTransformer2DModel", "ZImageTransformer2DModel")},
     ("diffusers/AllegroTransformer3DModel", "onnx"): _SQUEEZE,
     ("diffusers/PixArtTransformer2DModel", "onnx"): _SQUEEZE,
     ("transformers/d_fine/*", "onnx"): _TIES,

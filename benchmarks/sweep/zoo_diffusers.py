@@ -17,8 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.sweep.cases import Case, seeded
-from benchmarks.sweep.zoo_timm import unzero  # shared by both zoos
+from benchmarks.sweep.cases import Case, seeded, unzero
 
 B = 2  # batch
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.sweep.cases import Case, seeded
+from benchmarks.sweep.cases import Case, seeded, unzero
 
 VENV = "torch-2.14.1"
 NUM_CLASSES = 10
@@ -249,22 +249,6 @@ def generate(only: str | None = None) -> None:
 
 
 # ---- shared with zoo_diffusers -----------------------------------------------------------
-
-@torch.no_grad()
-def unzero(model: torch.nn.Module) -> None:
-    """Re-initialise parameters that start all zero, biases aside: zero heads (hiera, gMLP),
-    zero last-BN gammas (ResNets' zero_init_last), zero relative-position tables, ControlNet's
-    zero convs. Left zero, what they multiply never reaches the output, so comparing an export
-    with eager would not see it. Matrices and kernels get the default Linear/Conv init; scales
-    and gates (1-D) a value near their usual 1."""
-    for name, p in model.named_parameters():
-        if name.endswith("bias") or not p.is_floating_point() or not p.numel() or p.any():
-            continue
-        if p.dim() >= 2:
-            torch.nn.init.kaiming_uniform_(p, a=5 ** 0.5)
-        else:
-            torch.nn.init.uniform_(p, 0.5, 1.5)
-
 
 CASE_LIMIT_S = 120
 
