@@ -115,12 +115,27 @@ def _rsub_scalar(x, other, alpha=1.0):
     return op.Sub(op.CastLike(op.Constant(value_float=float(other)), x), scaled)
 
 
+def _masked_fill(x, mask, value):
+    """`aten.masked_fill` where onnxruntime's CPU Where has no kernel: a bool tensor (the
+    attention mask HunyuanVideo builds) is filled with And/Or; other dtypes as torch.onnx does."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.ops.core import aten_masked_fill
+
+    if x.dtype != ir.DataType.BOOL:
+        return aten_masked_fill(x, mask, value)
+    fill = bool(value) if isinstance(value, (bool, int, float)) else bool(value.const_value.numpy())
+    return op.Or(x, mask) if fill else op.And(x, op.Not(mask))
+
+
 # translations of torch.onnx's to replace or add, by op
 _TRANSLATIONS = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _attention,
     torch.ops.aten._safe_softmax.default: _safe_softmax,
     torch.ops.aten._is_all_true.default: _is_all_true,
     torch.ops.aten.rsub.Scalar: _rsub_scalar,
+    torch.ops.aten.masked_fill.Scalar: _masked_fill,
+    torch.ops.aten.masked_fill.Tensor: _masked_fill,
 }
 
 

@@ -202,6 +202,24 @@ def test_complex_tensors_are_refused_by_name(tmp_path):
         add_to_bundle(path)
 
 
+class BoolMask(torch.nn.Module):
+    """HunyuanVideo's attention mask: a bool tensor filled by masked_fill, which onnxruntime's
+    CPU Where has no kernel for."""
+
+    def forward(self, x, lengths):
+        keep = torch.ones(x.shape[0], x.shape[1], dtype=torch.bool)
+        keep = keep.masked_fill(torch.arange(x.shape[1]) >= lengths[:, None], False)
+        return x.masked_fill(~keep[..., None], 0.0), keep.masked_fill(lengths[:, None] > 100, True)
+
+
+def test_masked_fill_of_a_bool_tensor(tmp_path):
+    x, lengths = torch.randn(2, 5, 3), torch.tensor([2, 5])
+    path = aotc.export(BoolMask(), (x, lengths), tmp_path / "b").path
+    add_to_bundle(path)
+    for got, want in zip(aotc.load(path, backend="onnx")(x, lengths), BoolMask()(x, lengths)):
+        assert torch.equal(got, want)
+
+
 def test_onnx_that_disagrees_with_the_graph_is_refused(tmp_path):
     # ONNX's training-mode BatchNormalization does not compute torch's batch statistics.
     result = invoke("export", SAMPLES / "mlp.py", "--joint", "--onnx", "-o", tmp_path / "m")

@@ -29,6 +29,11 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
         "its two outputs are views of one tensor the graph does not return; onnxruntime returns each as a "
         "copy, so a write to one would not show in the other as in eager: aotc refuses rather than drop "
         "the aliasing"),
+    ("diffusers/AutoencoderKLMochi", "fwd+bwd"): (
+        "conv1.conv.bias differs by up to",
+        "a convolution's bias feeding a GroupNorm has an exact gradient of 0; eager's float32 value (2.7e-5) "
+        "and the graph's (1.5e-4, under one thread) are both the rounding of a sum that cancels, and "
+        "export's check, which allows 4x eager's own distance from float64, refuses the bundle"),
     ("timm/cpubone", "fwd+bwd"): (
         "does not give eager's results",
         "a dropout after convolutions whose CPU kernels keep a channels-last layout where torch 2.14's "
