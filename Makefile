@@ -42,14 +42,17 @@ demo: install
 # single-threaded tracing and compiling, so on 2 cores they take about the wall time of the
 # longer one. Its log is printed when both are done; either failing fails.
 # The C++ runtime (make cpp) is built while the second process runs: only the rest needs it.
-# --durations lists the slowest tests, to keep a clean-clone run inside its time budget.
+# --durations lists the slowest tests, to keep a clean-clone run inside its time budget; the
+# cache layers of real models (tests/test_hf_caches.py) run in the second process too, which
+# is the shorter one.
+BESIDE := tests/test_conformance.py tests/test_export_suite.py tests/test_hf_caches.py
 test: install
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 	@mkdir -p build
-	@$(PY) -m pytest -q --durations=10 tests/test_conformance.py tests/test_export_suite.py > build/conformance.log 2>&1 & matrix=$$!; \
+	@$(PY) -m pytest -q --durations=10 $(BESIDE) > build/conformance.log 2>&1 & matrix=$$!; \
 	$(MAKE) --no-print-directory cpp && \
-	$(PY) -m pytest -q --durations=20 --ignore=tests/test_conformance.py --ignore=tests/test_export_suite.py; main=$$?; \
+	$(PY) -m pytest -q --durations=20 $(addprefix --ignore=,$(BESIDE)); main=$$?; \
 	wait $$matrix; conformance=$$?; \
 	echo "== the conformance matrix and torch's export tests, run beside the rest =="; \
 	cat build/conformance.log; \
@@ -127,9 +130,11 @@ gpu-check:
 # small config, one timm model per family and diffusers' model classes, through aotc fx, onnx,
 # aoti and fx forward+backward and the anchors (torch.export, with transformers' caches
 # registered, torch.onnx, torch.compile), each compared with eager; writes docs/coverage.md and
-# benchmarks/sweep/coverage.json. Hours on 2 cores (each family's AOTInductor compile alone is
-# 10-30 s): SWEEP_ARGS="--resume" goes on from the cases already in build/sweep/results, e.g.
-# SWEEP_ARGS="--only transformers/llama/" for one family. timm runs in make test-torch's 2.14.1
+# benchmarks/sweep/coverage.json. About 10 hours on 2 cores (a family's representative runs
+# every column in about 75 s, 25 of them AOTInductor's compile): SWEEP_ARGS="--resume" goes on
+# from the cases already in build/sweep/results, "--resume --stale" also runs again the cells
+# an earlier aotc commit ran (one commit throughout, over several runs), "--skip aoti" leaves a
+# column out, "--only transformers/llama/" runs one family. timm runs in make test-torch's 2.14.1
 # venv (sweep-venv adds timm and torchvision built for that torch: don't shim torchvision).
 SWEEP_ARGS ?=
 sweep: install sweep-venv

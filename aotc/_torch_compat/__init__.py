@@ -201,6 +201,18 @@ def onnx_unsupported_ops(graph) -> list[str]:
     })
 
 
+def unbacked_sizes(program) -> list[str]:
+    """The data-dependent size symbols (u0, ...) anywhere in a program's graph."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols  # capture only
+
+    found: set[str] = set()
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, (torch.Tensor, torch.SymInt, torch.SymBool, torch.SymFloat)):
+            found |= {str(s) for s in free_unbacked_symbols(val)}
+    return sorted(found)
+
+
 def fake_mode_tracing(program):
     """A tracing context with torch.export's fake mode, for AOTAutograd on a program with
     no tensor inputs (its own mode would refuse the real constants torch.export lifted)."""

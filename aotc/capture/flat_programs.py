@@ -13,6 +13,7 @@ A flat program takes and returns tensors only, so it can be saved with
 from __future__ import annotations
 
 import difflib
+import io
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,13 +146,28 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
                 raise
             program = export()
         graph_fixes.savable(program)
-        return program
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CaptureError(
             f"the captured {kind} graph could not be exported as a flat program: "
             f"{type(e).__name__}: {first}"
         ) from e
+    unbacked = tc.unbacked_sizes(program)
+    if unbacked:  # torch.export.load rebuilds these sizes' bindings, and refuses some graphs it wrote
+        try:
+            buffer = io.BytesIO()
+            torch.export.save(program, buffer)
+            buffer.seek(0)
+            torch.export.load(buffer)
+        except Exception as e:
+            raise CaptureError(
+                f"the captured {kind} graph has sizes that depend on data ({', '.join(unbacked)}), and "
+                f"torch.export.load cannot read back the program torch.export.save writes of it "
+                f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}). "
+                "Export an inference graph, or keep data-dependent sizes (boolean-mask indexing, "
+                "nonzero()) out of the model's training path."
+            ) from e
+    return program
 
 
 # ------------------------------------------------- where each op came from
