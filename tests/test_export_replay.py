@@ -3,6 +3,8 @@ not give eager's results: never a bundle that silently computes something else."
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -152,6 +154,30 @@ class LazyComplexRope(torch.nn.Module):
     def forward(self, x, ids, rot):
         z = torch.view_as_complex(self.embed["2-1"](x).view(*x.shape[:-1], 2, 2).contiguous())
         return torch.view_as_real(z * self.rope(ids) * rot).flatten(-2)
+
+
+class CachedFrequencies(torch.nn.Module):
+    """diffusers' NucleusMoE and QwenImage: a method behind functools.lru_cache builds a
+    table per size; traced, the cache kept a fake tensor, and the next eager call failed."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(4))
+
+    @functools.lru_cache(maxsize=8)
+    def table(self, n: int) -> torch.Tensor:
+        return torch.arange(n * 4, dtype=torch.float32).view(n, 4).sin()
+
+    def forward(self, x):
+        return x * self.table(x.shape[0]) * self.scale
+
+
+def test_a_method_cache_the_trace_filled_is_cleared(tmp_path):
+    model, x = CachedFrequencies(), torch.randn(3, 4)
+    bundle = aotc.export(model, ((x,), {}), tmp_path / "b").path
+    expected = model(x)  # the user's model still runs, on real tensors
+    assert type(model.table(3)) is torch.Tensor
+    assert torch.equal(aotc.load(bundle, backend="fx")(x), expected)
 
 
 def test_lazy_caches_complex_tensors_and_module_dict_keys(tmp_path):

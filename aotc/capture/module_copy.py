@@ -29,8 +29,12 @@ def attributes_restored(model: torch.nn.Module) -> Iterator[None]:
     """Tracing runs the user's forward on fake tensors. A forward that caches a tensor on
     first call (diffusers' rope embedders, plain objects held by a module: `self.freqs_cis =
     ...`) would leave the trace's fake tensors on the user's model, and the next copy or call
-    of it fails. Every attribute that holds one after the trace gets its value from before."""
-    before = [(obj, dict(vars(obj))) for obj in _holders(model)]
+    of it fails. Every attribute that holds one after the trace gets its value from before;
+    a functools.lru_cache on the model's classes that the trace added entries to is cleared
+    (NucleusMoE's and QwenImage's `_compute_video_freqs`: it cannot drop single entries)."""
+    holders = _holders(model)
+    before = [(obj, dict(vars(obj))) for obj in holders]
+    caches = [(f, f.cache_info().misses) for f in _lru_caches(holders)]
     try:
         yield
     finally:
@@ -42,6 +46,22 @@ def attributes_restored(model: torch.nn.Module) -> Iterator[None]:
                     obj.__dict__[name] = saved[name]
                 else:
                     del obj.__dict__[name]
+        for cache, misses in caches:
+            if cache.cache_info().misses != misses:
+                cache.cache_clear()
+
+
+def _lru_caches(holders: list[object]) -> list:
+    """functools.lru_cache-wrapped functions defined on the holders' classes."""
+    found = {}
+    for cls in {type(obj) for obj in holders}:
+        for klass in cls.__mro__:
+            if klass.__module__.startswith(("torch.", "builtins")):
+                continue
+            for value in vars(klass).values():
+                if callable(getattr(value, "cache_clear", None)) and callable(getattr(value, "cache_info", None)):
+                    found[id(value)] = value
+    return list(found.values())
 
 
 _MISSING = object()
