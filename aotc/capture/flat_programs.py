@@ -258,34 +258,7 @@ def kept_outputs(gm, names: Names, loss: bool) -> tuple[list[int], list[Slot]]:
     keep = [i for i, n in enumerate(output_nodes(gm)) if isinstance(n, torch.fx.Node)]
     if not keep:  # the model returns constants only: FlatCall returns one empty tensor, unused
         return keep, [Slot("unused", "unused")]
-    return _tied_gradients_summed(gm, keep, [output_slot(descs[i], names, loss) for i in keep])
-
-
-def _tied_gradients_summed(gm, keep: list[int], slots: list[Slot]) -> tuple[list[int], list[Slot]]:
-    """A tied parameter that the graph takes twice (BLOOM's embedding and LM head, where
-    torch.export's module holds them as one parameter under two names) can get a gradient
-    per use; it gets their sum, as eager's .grad does, under its one name."""
-    first: dict[str, int] = {}
-    dropped: set[int] = set()
-    node = next(n for n in gm.graph.nodes if n.op == "output")
-    flat, spec = pytree.tree_flatten(node.args[0], is_leaf=lambda x: x is None)
-    for j, (i, slot) in enumerate(zip(keep, slots)):
-        if slot.role != "gradient":
-            continue
-        if slot.name not in first:
-            first[slot.name] = i
-            continue
-        k = first[slot.name]
-        with gm.graph.inserting_before(node):
-            total = gm.graph.call_function(torch.ops.aten.add.Tensor, (flat[k], flat[i]))
-        total.meta = {"val": flat[k].meta.get("val")}
-        flat[k] = total
-        dropped.add(j)
-    if not dropped:
-        return keep, slots
-    node.args = (pytree.tree_unflatten(flat, spec),)
-    gm.recompile()
-    return [i for j, i in enumerate(keep) if j not in dropped], [s for j, s in enumerate(slots) if j not in dropped]
+    return graph_fixes.tied_gradients_summed(gm, keep, [output_slot(descs[i], names, loss) for i in keep])
 
 
 def finish_graph(kind, gm, in_slots, names: Names, real_inputs, fake_inputs, tangents) -> CapturedGraph:

@@ -1,8 +1,10 @@
-"""Re-exported graphs made fit for torch's own save, load and eager kernels.
+"""Captured and re-exported graphs made fit for torch's own save, load and eager kernels.
 
 torch.export traces a captured graph into a program that its serializer, its loader or
 an eager kernel then refuses, each for a reason of its own. Each function here mends one,
-changing only metadata or the form of an op, never what the graph computes.
+changing only metadata or the form of an op (a view as a reshape, a tangent laid out as
+traced), never what the graph computes; `tied_gradients_summed` returns a tied
+parameter's gradient as eager's .grad holds it, one sum where the graph gave its parts.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from aotc import _torch_compat as tc
+from aotc._torch_compat import pytree
 
 
 def savable(program: ExportedProgram) -> None:
@@ -96,6 +99,34 @@ def _complete_ranges(program: ExportedProgram) -> None:
             for sym in size.node.expr.free_symbols:
                 if sym not in known and sym in shape_env.var_to_range:
                     known[sym] = shape_env.var_to_range[sym]
+
+
+def tied_gradients_summed(gm: torch.fx.GraphModule, keep: list[int], slots: list) -> tuple[list[int], list]:
+    """A tied parameter that the graph takes twice (BLOOM's embedding and LM head, where
+    torch.export's module holds them as one parameter under two names) can get a gradient
+    per use; it gets their sum, as eager's .grad does, under its one name. `keep`: the
+    output positions the flat program returns, `slots` theirs (aotc.bundle.schema.Slot)."""
+    first: dict[str, int] = {}
+    dropped: set[int] = set()
+    node = next(n for n in gm.graph.nodes if n.op == "output")
+    flat, spec = pytree.tree_flatten(node.args[0], is_leaf=lambda x: x is None)
+    for j, (i, slot) in enumerate(zip(keep, slots)):
+        if slot.role != "gradient":
+            continue
+        if slot.name not in first:
+            first[slot.name] = i
+            continue
+        k = first[slot.name]
+        with gm.graph.inserting_before(node):
+            total = gm.graph.call_function(torch.ops.aten.add.Tensor, (flat[k], flat[i]))
+        total.meta = {"val": flat[k].meta.get("val")}
+        flat[k] = total
+        dropped.add(j)
+    if not dropped:
+        return keep, slots
+    node.args = (pytree.tree_unflatten(flat, spec),)
+    gm.recompile()
+    return [i for j, i in enumerate(keep) if j not in dropped], [s for j, s in enumerate(slots) if j not in dropped]
 
 
 def tangents_as_traced(gm: torch.fx.GraphModule, tangents: list[torch.fx.Node]) -> None:

@@ -31,6 +31,7 @@ of a `DynamicCache`.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
@@ -53,18 +54,10 @@ def _library_class(name: str) -> type | None:
 # ----------------------------------------------------------------------- containers
 
 
+@dataclass(frozen=True)
 class _TensorsDevice:
     """A setting that was a torch.device (DeepSeek-V3.2-style indexers' `indexer_device`):
     read as the device the object's tensors are on, which follows the loaded module."""
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _TensorsDevice)
-
-    def __hash__(self) -> int:
-        return hash(_TensorsDevice)
-
-    def __repr__(self) -> str:
-        return "<the tensors' device>"
 
 
 _TENSORS_DEVICE = _TensorsDevice()
