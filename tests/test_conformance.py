@@ -41,9 +41,8 @@ GRADS = dict(rtol=1e-3, atol=1e-4)
 
 # (case, mode, backend) -> words the AotcError must contain, with why it is refused
 REFUSED: dict[tuple[str, str, str], str] = {
-    # transformers runs Mixtral's experts through its own custom op (transformers::grouped_mm_fallback),
-    # a loop over data-dependent groups that ONNX has no operator for
-    ("mixtral_moe", "inference", "onnx"): "operators without an ONNX translation: transformers.grouped_mm_fallback",
+    # (Mixtral's experts, transformers' own grouped_mm_fallback op, export to ONNX by the
+    # translation transformers ships for it: no longer refused)
     # in training, Wav2Vec2's SpecAugment draws its time masks with numpy (mask_time_prob=0.05 by
     # default): Python randomness a graph cannot replay, and torch.export cannot trace it
     ("wav2vec2_ctc", "autograd", "fx"): "torch.export could not trace Wav2Vec2ForCTC",

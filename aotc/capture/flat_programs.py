@@ -154,9 +154,12 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
         ) from e
     unbacked = tc.unbacked_sizes(program)
     if unbacked:  # torch.export.load rebuilds these sizes' bindings, and refuses some graphs it wrote
+        buffer = io.BytesIO()
         try:
-            buffer = io.BytesIO()
             torch.export.save(program, buffer)
+        except Exception:  # not writable at all: the bundle's writer says so in its own words
+            return program
+        try:
             buffer.seek(0)
             torch.export.load(buffer)
         except Exception as e:
