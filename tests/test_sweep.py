@@ -113,6 +113,18 @@ def test_gradients_are_compared_to_float32_noise_and_no_further(tmp_path, monkey
     assert outcome.status == "WRONG", outcome
 
 
+def test_a_cell_is_stale_when_the_code_it_ran_on_differs():
+    from benchmarks.sweep.run import same_code
+
+    known = subprocess.run(["git", "cat-file", "-e", "e41596c^{commit}"], cwd=ROOT, capture_output=True)
+    if known.returncode:
+        pytest.skip("a clone without the history these commits are in")
+    assert same_code("e41596c", "692e140")  # the coverage page and README only
+    assert not same_code("408221d", "1ecf5ed")  # flat_programs changed
+    assert not same_code("1ecf5ed+", "1ecf5ed+")  # changes not committed are never known to be the same
+    assert not same_code("?", "1ecf5ed")
+
+
 def test_a_slice_of_the_sweep(tmp_path):
     results = tmp_path / "results"
     proc = subprocess.run(

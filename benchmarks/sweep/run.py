@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -36,6 +37,10 @@ VENVS = {"main": ROOT / ".venv" / "bin" / "python", "torch-2.14.1": ROOT / "buil
 LIBRARY_VENV = {"transformers": "main", "diffusers": "main", "timm": "torch-2.14.1"}
 HEAD_PREFERENCE = ("causal-lm", "base", "image-cls", "seq-cls", "masked-lm", "speech")
 OTHER_HEAD_COLUMNS = ("fx", "fwd+bwd", "torch.export", "torch.export+caches")
+TRANSFORMERS_ONLY = ("torch.export+caches",)  # n/a elsewhere: not planned, so no child builds the model for it
+# what a cell's result depends on: a later commit that changes none of these leaves the cell current
+CODE_PATHS = ("aotc", "exporters", "csrc", "benchmarks/sweep", "pyproject.toml",
+              *(f":(exclude)benchmarks/sweep/{f}" for f in ("pinned.py", "table.py", "coverage.json")))
 CASE_TIMEOUT_S = 900
 CHUNK = 6  # cases per child process: each start imports torch and the library (seconds)
 
@@ -76,6 +81,8 @@ def plan(cases: list[dict]) -> list[Planned]:
         main = next((heads[h] for h in HEAD_PREFERENCE if h in heads), members[0])
         for c in members:
             columns = tuple(COLUMNS) if c is main else OTHER_HEAD_COLUMNS
+            if c["library"] != "transformers":
+                columns = tuple(col for col in columns if col not in TRANSFORMERS_ONLY)
             planned.append(Planned(c["name"], c["library"], c["family"], c["head"], c["venv"], columns, c is main))
     return sorted(planned, key=lambda p: p.name)
 
@@ -104,14 +111,14 @@ def result_path(results: Path, name: str) -> Path:
 
 def missing(p: Planned, results: Path, commit: str | None = None) -> Planned | None:
     """`p` with only the columns its result lacks (None: nothing left), for --resume; with
-    `commit`, columns another commit ran count as missing too."""
+    `commit`, columns a commit with other code ran count as missing too."""
     record = _read(p, results)
     if record is None:
         return p
     if record.get("eager") != "ok":
         return None
     left = tuple(c for c in p.columns if c not in record["columns"] or c == record.get("running")
-                 or (commit and record["columns"][c].get("commit") != commit))
+                 or (commit and not same_code(record["columns"][c].get("commit", "?"), commit)))
     return dataclasses.replace(p, columns=left) if left else None
 
 
@@ -121,6 +128,18 @@ def current_commit() -> str:
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
                            text=True).stdout.strip()
     return (head or "?") + ("+" if dirty else "")
+
+
+@functools.cache
+def same_code(ran: str, now: str) -> bool:
+    """Whether commit `ran` has the code of `now` under CODE_PATHS ("+": changes not
+    committed, so never the same; "?": unknown)."""
+    if ran == now and not now.endswith("+"):
+        return True
+    if "+" in (ran[-1:], now[-1:]) or "?" in (ran, now):
+        return False
+    diff = subprocess.run(["git", "diff", "--quiet", ran, now, "--", *CODE_PATHS], cwd=ROOT, capture_output=True)
+    return diff.returncode == 0
 
 
 def _read(p: Planned, results: Path) -> dict | None:
@@ -190,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep finished results: run only the columns each case lacks")
     ap.add_argument("--libraries", default="transformers,diffusers,timm")
     ap.add_argument("--stale", action="store_true",
-                    help="with --resume, also run again the columns an earlier commit ran")
+                    help="with --resume, also run again the columns a commit with other code ran")
     ap.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
     ap.add_argument("--columns", default="", help="these columns only (comma-separated), on every case")
     ap.add_argument("--skip", default="", help="leave these columns out (comma-separated), e.g. aoti,torch.compile")
