@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.aotc-installed
 
-.PHONY: all install cpp cpp-deps demo test test-torch gpu-wheels gpu-check sweep sweep-venv bench bench-suite fuzz clean
+.PHONY: all install cpp cpp-deps demo docs test test-torch gpu-wheels gpu-check sweep sweep-venv bench bench-suite fuzz clean
 
 all: install cpp
 
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[test,onnx,hf,models,quant,sign]" "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[test,onnx,hf,models,quant,sign,docs]" "$(TORCH_PIN)"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,6 +35,13 @@ cpp: install cpp-deps
 demo: install
 	$(VENV)/bin/aotc export sample_models/mlp.py --joint -o bundles/mlp-joint --force
 	$(VENV)/bin/aotc inspect bundles/mlp-joint
+
+# The documentation site (docs/: Sphinx with MyST and Furo; the reference pages are written
+# from the code at each build). Warnings, broken links among them, are errors. Every example
+# on its pages and in README.md runs in tests/test_docs.py.
+docs: install
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs build/docs
+	@echo "open build/docs/index.html"
 
 # The report tests open pages in a real browser: Debian's chromium, driven through chromedriver.
 # The conformance matrix (tests/test_conformance.py) and torch's ported export tests

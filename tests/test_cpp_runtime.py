@@ -373,7 +373,7 @@ def test_aotc_run_usage_errors(cpp_build):
 
 
 def test_examples_build_serve_and_train(inference_bundles, joint_bundles, tmp_path):
-    """examples/cpp built against build/cpp's CMake package, as the README shows; serve
+    """examples/cpp built against build/cpp's CMake package, as docs/running.md shows; serve
     answers as Python does, train's steps (with its learning-rate decay) equal Python's."""
     build = tmp_path / "examples"
     subprocess.run(["cmake", "-S", ROOT / "examples" / "cpp", "-B", build, "-G", "Ninja", f"-Daotc_DIR={BUILD}",

@@ -31,7 +31,7 @@ BACKENDS = ["fx", pytest.param("aoti", marks=pytest.mark.slow)]
 TOL = {"fx": dict(rtol=1e-5, atol=1e-6), "aoti": dict(rtol=1e-4, atol=1e-5), "onnx": dict(rtol=1e-4, atol=1e-5)}
 
 # (case name, mode) -> words the export's CaptureError must contain. Each is a program
-# whose eager behaviour aotc cannot replay ahead of time (the README's "What aotc refuses").
+# whose eager behaviour aotc cannot replay ahead of time (docs/semantics.md, "What aotc refuses").
 _SET_ = "calls set_() on an input"
 REFUSED: dict[tuple[str, str], str] = {
     # set_() plus another mutation of the same input: AOTAutograd's functional export

@@ -38,9 +38,13 @@ LIBRARY_VENV = {"transformers": "main", "diffusers": "main", "timm": "torch-2.14
 HEAD_PREFERENCE = ("causal-lm", "base", "image-cls", "seq-cls", "masked-lm", "speech")
 OTHER_HEAD_COLUMNS = ("fx", "fwd+bwd", "torch.export", "torch.export+caches")
 TRANSFORMERS_ONLY = ("torch.export+caches",)  # n/a elsewhere: not planned, so no child builds the model for it
-# what a cell's result depends on: a later commit that changes none of these leaves the cell current
-CODE_PATHS = ("aotc", "exporters", "csrc", "benchmarks/sweep", "pyproject.toml",
-              *(f":(exclude)benchmarks/sweep/{f}" for f in ("pinned.py", "table.py", "coverage.json")))
+# what a cell's result depends on: a later commit that changes none of these leaves the cell
+# current. Not the harness's driver and page (run.py, table.py), its pins, or the parts of aotc
+# no column calls (bench, report, diff, the benchmark suite's models). The libraries are whatever the
+# venvs hold: each record names its torch.
+CODE_PATHS = ("aotc", "exporters", "benchmarks/sweep",
+              *(f":(exclude)benchmarks/sweep/{f}" for f in ("run.py", "table.py", "pinned.py", "coverage.json")),
+              *(f":(exclude,glob)aotc/tools/{f}" for f in ("bench*", "report*", "diff*", "suite_models/**")))
 CASE_TIMEOUT_S = 900
 CHUNK = 6  # cases per child process: each start imports torch and the library (seconds)
 
