@@ -56,8 +56,11 @@ def bench_command(bundle, suite, models, out, no_train, no_inference, model, bac
     aot_compile artifact and the raw AOTInductor runner, side by side.
 
     Each variant runs in a fresh process: cold start is the time from process start to
-    the first output; steady state is the median and p90 of --iters calls. A baseline
-    that fails is reported in its row; an aotc backend that fails is an error.
+    the first output; steady state is the median and p90 of --iters calls. With
+    --repeats, the variants' processes take turns. A baseline that fails is reported in
+    its row; an aotc backend that fails is an error. Each variant's first call is checked
+    against eager's (or the bundle's reference): one that differs is WRONG, counts in no
+    ratio, and the exit code is 1.
 
     \b
     Examples:
@@ -105,12 +108,23 @@ def bench_command(bundle, suite, models, out, no_train, no_inference, model, bac
             out.print("[yellow]not recorded[/]: a regional bundle keeps no records")
         else:  # what was timed: a joint bundle's calls are training steps without --train
             record_results(bundle, "bench", {**data, "train": times_training(Bundle.open(bundle), train)}, out)
+    wrong = [r for r in results if r.wrong]
     if as_json:
         emit_json(data)
-        return
-    out.print(results_table(results, f"bench {bundle} ({device}, {threads} thread{'s' if threads > 1 else ''}"
-                                     f"{', training step' if train else ''})"))
-    out.print(f"{iters} timed calls per variant after {warmup} warm-up calls; ratios > 1 mean faster.")
+    else:
+        out.print(results_table(results, f"bench {bundle} ({device}, {threads} thread{'s' if threads > 1 else ''}"
+                                         f"{', training step' if train else ''})"))
+        out.print(f"{iters} timed calls per variant after {warmup} warm-up calls; ratios > 1 mean faster.")
+    if wrong:
+        raise click.exceptions.Exit(_say_wrong(wrong, out))
+
+
+def _say_wrong(wrong, out) -> int:
+    """Names the variants whose first call differs from eager's; the exit code (1)."""
+    for r in wrong:
+        out.print(f"[red]{r.variant}: {r.check}[/red]")
+    out.print(f"[red]{len(wrong)} variant(s) give other results than eager: their timings do not count.[/red]")
+    return 1
 
 
 def results_table(results, title: str):
@@ -124,13 +138,14 @@ def results_table(results, title: str):
     from aotc.number_format import human_time_us
     from aotc.tools.bench import RAW
 
-    ref = {r.variant: r for r in results if r.median_us}
+    ref = {r.variant: r for r in results if r.median_us and not r.wrong}
     bases = [(ref[name], label) for name, label in (("eager", "vs\neager"), ("torch.compile (warm cache)",
              "vs torch\n.compile"), (RAW, "vs raw\nrunner")) if name in ref]
     spread = any(r.spread is not None for r in results)
     table = Table(title=title, title_justify="left")
     table.add_column("variant", ratio=1)  # the one column that wraps when the terminal is narrow
-    for col in ("cold\nstart", "median", *(["spread"] if spread else []), "p90", "peak\nMiB", *(b for _, b in bases)):
+    for col in ("cold\nstart", "median", *(["spread"] if spread else []), "p90", "peak\nMiB", "vs\neager's\nresult",
+                *(b for _, b in bases)):
         table.add_column(col, justify="right", no_wrap=True)
     failed = []
     for r in results:
@@ -141,10 +156,16 @@ def results_table(results, title: str):
         table.add_row(
             r.variant, f"{r.cold_start_s:.2f} s", human_time_us(r.median_us),
             *([f"{100 * r.spread:.0f}%" if r.spread is not None else "-"] if spread else []),
-            human_time_us(r.p90_us), f"{r.peak_memory_mib:.0f}",
-            *(f"{base.median_us / r.median_us:.2f}x" for base, _ in bases),
+            human_time_us(r.p90_us), f"{r.peak_memory_mib:.0f}", _check_cell(r.check),
+            *((f"{base.median_us / r.median_us:.2f}x" if not r.wrong else "-") for base, _ in bases),
         )
     return Group(table, *failed)
+
+
+def _check_cell(check: str) -> str:
+    if check.startswith("WRONG"):
+        return "[red]WRONG[/red]"
+    return {"pass": "same", "eager": "-"}.get(check, "unchecked")
 
 
 def _suite(models: str | None, out: Path, threads: int | None, repeats: int, iters: int, train: bool,
@@ -152,7 +173,7 @@ def _suite(models: str | None, out: Path, threads: int | None, repeats: int, ite
     import os
     import time
 
-    from aotc.tools.bench_suite import run_suite
+    from aotc.tools.bench_suite import run_suite, wrong_rows
 
     console_out = console()
     names = [m.strip() for m in models.split(",") if m.strip()] if models else None
@@ -168,7 +189,12 @@ def _suite(models: str | None, out: Path, threads: int | None, repeats: int, ite
                             inference=inference)
     if as_json:
         emit_json(results)
-        return
-    console_out.print((out / "report.md").read_text(), markup=False, highlight=False)
-    console_out.print(f"written to {out}/ (results.json, report.md, report.png) in "
-                      f"{time.perf_counter() - started:.0f} s")
+    else:
+        console_out.print((out / "report.md").read_text(), markup=False, highlight=False)
+        console_out.print(f"written to {out}/ (results.json, report.md, report.png) in "
+                          f"{time.perf_counter() - started:.0f} s")
+    wrong = wrong_rows(results)
+    if wrong:
+        for line in wrong:
+            console_out.print(f"[red]{line}[/red]")
+        raise click.exceptions.Exit(1)

@@ -42,8 +42,29 @@ def test_report_ratios_and_geomeans_come_from_the_medians():
     assert math.isclose(g["aotc aoti/cpu"], 1.0)  # sqrt(2.0 * 0.5)
     assert math.isclose(g["torch.compile (warm cache)"], math.sqrt(1.25))
     md = bench_suite.report_md(results)
-    assert "| a | text | 0.10 ms | 2.00x | failed | 1.25x | failed | 20 s | 30 s | 1.0 MiB |" in md
+    assert "| a | text | 0.10 ms ±0% | 2.00x ±0% | failed | 1.25x ±0% | failed | 1.60x | 20 s | 30 s | 1.0 MiB |" in md
     assert "| text | 2 | 1.00x | - | 1.12x | - |" in md
+    assert "None was WRONG in this run." in md
+
+
+def test_a_wrong_variant_counts_in_no_ratio_and_a_close_one_is_a_tie():
+    def row(aotc, tc, check="pass", spreads=0.0):
+        timed = {"eager": {"median_us": 100.0, "spread": spreads},
+                 "aotc aoti/cpu": {"median_us": aotc, "check": check, "spread": spreads},
+                 "torch.compile (warm cache)": {"median_us": tc, "check": "pass", "spread": spreads},
+                 "torch.compile (cold cache)": {"median_us": tc, "cold_start_s": 30.0}}
+        return {"family": "vision", "inference": {"1": timed}, "train": {},
+                "compile": {"compile_s": 20.0, "size_bytes": 2**20}}
+
+    results = {"right": row(50.0, 80.0), "wrong": row(10.0, 80.0, check="WRONG: output[0] max abs 0.5"),
+               "close": row(50.0, 52.0, spreads=0.10)}
+    g = bench_suite.family_geomeans(results, "1")["vision"]
+    assert math.isclose(g["aotc aoti/cpu"], 2.0)  # right and close; wrong's 10x is not counted
+    md = bench_suite.report_md(results)
+    assert "| wrong | vision | 1.00 ms ±0% | WRONG |" in md.replace("0.10 ms", "1.00 ms")
+    assert "**1 WRONG:** wrong (1 thread): aotc aoti/cpu: WRONG: output[0] max abs 0.5" in md
+    assert "| tie (1.04x, spread 10%) |" in md
+    assert bench_suite.wrong_rows(results) == ["wrong (1 thread): aotc aoti/cpu: WRONG: output[0] max abs 0.5"]
 
 
 @pytest.mark.slow
@@ -97,5 +118,5 @@ def test_a_training_only_run_keeps_the_inference_rows(tmp_path, monkeypatch):
     mlp = json.loads((tmp_path / "results.json").read_text())["mlp"]
     assert set(mlp["inference"]) == {"1"} and mlp["compile"]["size_bytes"] == 1024 and "joint+sgd" in mlp["train"]
     report = (tmp_path / "report.md").read_text()
-    assert "| mlp | samples | 0.10 ms |" in report and "| mlp | joint+sgd | 0.20 ms | 2.00x | - | 7 s |" in report
+    assert "| mlp | samples | 0.10 ms ±0% |" in report and "| mlp | joint+sgd | 0.20 ms | - | 2.00x ±0% | - | - | 7 s |" in report
     assert "Geomean of aotc's fused step over eager's: 2.00x (1 rows)." in report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest import invoke
 
@@ -59,3 +60,31 @@ def test_bench_raw_runner_and_failing_baselines(sample_bundles, compiled):
     assert result.exit_code == 0, result.stderr
     eager = json.loads(result.stdout)["results"][-1]
     assert eager["variant"] == "eager" and eager["median_us"] is None and "failed" in eager["error"]
+
+
+def test_every_timed_variant_is_checked_against_eager(sample_bundles, compiled):
+    """aotc's backends and the raw runner give eager's outputs on the timed inputs; a model
+    file whose weights differ from the bundle's makes aotc's rows WRONG: exit 1, no ratios."""
+    path, summary = sample_bundles[("mlp", "inference")]
+    result = invoke("bench", path, "--iters", "2", "--warmup", "0", "--baselines", "eager,raw", "--model",
+                    summary["source"], "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = {r["variant"]: r for r in json.loads(result.stdout)["results"]}
+    assert {v: r["check"] for v, r in rows.items()} == {
+        "aotc fx": "pass", "aotc aoti/cpu": "pass", "aoti raw runner": "pass", "eager": "eager"}
+
+    other = Path(path).parent / "mlp_other_weights.py"
+    other.write_text(Path(summary["source"]).read_text().replace("seed=0", "seed=1"))
+    result = invoke("bench", path, "--iters", "2", "--warmup", "0", "--backend", "fx", "--baselines", "eager",
+                    "--model", str(other))
+    assert result.exit_code == 1
+    assert "aotc fx: WRONG: output[0] max abs" in " ".join(result.stderr.split())
+    assert "give other results than eager" in result.stderr
+
+
+def test_without_eager_the_bundle_reference_is_the_check(sample_bundles):
+    path = sample_bundles[("mlp", "joint")][0]
+    result = invoke("bench", path, "--iters", "1", "--warmup", "0", "--baselines", "none", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["results"]
+    assert rows and all(r["check"] == "pass" for r in rows), rows  # the first step's loss, against export's

@@ -1,11 +1,16 @@
 """`aotc bench`: a bundle's backends against the strongest baselines, side by side.
 
-Every variant runs in a fresh Python process (`python -m aotc.tools.bench_child`), timed from before
-the process starts to its first output (cold start), then for `iters` more calls
+Every variant runs in fresh Python processes (`python -m aotc.tools.bench_child`), timed from
+before the process starts to its first output (cold start), then for `iters` more calls
 (steady state: median and p90); the child reports its peak RSS (CPU) or
-`max_memory_allocated` (CUDA). With `train`, a call is a whole step: forward, backward
-and an SGD step (for a joint bundle that carries its optimizer, that optimizer: the
-baselines run torch.optim's with the same hyperparameters). The variants:
+`max_memory_allocated` (CUDA). With several processes per variant, the variants take turns
+(round k runs every variant's k-th process), so that drift on a shared machine falls on
+all of them alike. Before any figure counts, each variant's first call is compared with
+eager's on the same inputs (aotc.tools.bench_check): one that differs is WRONG.
+
+With `train`, a call is a whole step: forward, backward and an SGD step (for a joint
+bundle that carries its optimizer, that optimizer: the baselines run torch.optim's with the
+same hyperparameters). The variants:
 
 - `aotc <backend>`: `aotc.load(bundle)`, the whole wrapper stack, on the golden inputs;
 - `aoti raw runner`: the compiled package's own `run` on flat tensors gathered once, no
@@ -13,8 +18,11 @@ baselines run torch.optim's with the same hyperparameters). The variants:
   forward and backward packages and a foreach SGD update, no buffer updates);
 - `eager` and `torch.compile` (cold, then warm inductor cache) on the model the user
   names with `model` (a bundle exported from a Hugging Face folder rebuilds it from its
-  own hf/config.json and weights, aotc.tools.rebuild); for inference also `torch.compile freezing` (inductor's freezing,
-  the baseline for a bundle compiled with `aotc compile --freeze`);
+  own hf/config.json and weights, aotc.tools.rebuild); for inference also `torch.compile
+  freezing` (inductor's freezing, the baseline for `aotc compile --freeze`); for a training
+  step also `eager foreach` and `eager fused` (torch.optim's faster implementations; CPU's
+  default is the for-loop one) and `torch.compile whole step` (forward, backward and the
+  optimizer's step under one torch.compile);
 - `aot_compile`: torch.compile's own ahead-of-time artifact
   (`torch.compile(model.forward, fullgraph=True).aot_compile(...)`, then
   `save_compiled_function`), made in a process of its own that is not timed, then loaded
@@ -24,6 +32,7 @@ baselines run torch.optim's with the same hyperparameters). The variants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -31,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aotc.bundle.files import Bundle
@@ -39,6 +48,7 @@ from aotc.bundle.signing import configured_keys, require_signature
 from aotc.errors import AotcError
 from aotc.runtime.regional import RegionalBundle, is_regional
 from aotc.sources.hf_folder import has_bundle_config
+from aotc.tools.bench_child import WHOLE_STEP
 from aotc.tools.bench_raw import RAW
 from aotc.tools.verify import artifacts
 
@@ -65,6 +75,12 @@ class Result:
     error: str = ""
     runs_median_us: tuple[float, ...] = ()
     runs_cold_start_s: tuple[float, ...] = ()
+    # its first call against eager's: "pass", "WRONG: ...", "unchecked: ...", or "eager" (the reference)
+    check: str = ""
+
+    @property
+    def wrong(self) -> bool:
+        return self.check.startswith("WRONG")
 
     @property
     def spread(self) -> float | None:
@@ -92,11 +108,6 @@ def _combine(results: list[Result]) -> Result:
 
 def _last_line(err: str) -> str:
     return ([ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"])[0]
-
-
-def run_variant(variant: str, spec: dict, env: dict | None = None, repeats: int = 1) -> Result:
-    """Run one variant in `repeats` fresh processes, one after the other; their medians."""
-    return _combine([_run_once(variant, spec, env) for _ in range(repeats)])
 
 
 def _run_once(variant: str, spec: dict, env: dict | None) -> Result:
@@ -204,62 +215,105 @@ def _bench_regions(path, backends, baselines, iters, warmup, device, train, thre
     return _run_variants(spec, [(f"aotc regions {b}", {"backend": b}) for b in available], baselines, on_variant)
 
 
+@dataclass
+class _Variant:
+    """One row to time: its name, its child's spec and environment; a baseline's failure is
+    a row, an aotc variant's an error; a cold-cache variant runs once (again it would find
+    the cache warm)."""
+
+    name: str
+    spec: dict
+    env: dict | None = None
+    baseline: bool = False
+    once: bool = False
+    runs: list = field(default_factory=list)
+    error: str = ""
+
+
 def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Result]:
-    """Each of aotc's `variants`, then the baselines, in a fresh process each. torch.compile
-    and aot_compile get a cold inductor cache of their own, then the cache their first
-    run (or the aot_compile preparation) left. A baseline that fails is reported, not fatal."""
-    results = []
+    """aotc's `variants` and the baselines, each in fresh processes, interleaved: round k
+    runs every variant's k-th process in turn (ABAB...), so that a machine's drift falls on
+    all of them alike. torch.compile and aot_compile get a cold inductor cache of their own
+    first, then the cache their first run (or the aot_compile preparation) left. Then each
+    variant's first call is checked against eager's (bench_check)."""
     repeats = spec.get("repeats", 1)
-    for name, extra in variants:
-        if on_variant:
-            on_variant(name)
-        results.append(run_variant(name, {**spec, **extra}, repeats=repeats))
-    if "eager" in baselines:
-        results.append(_baseline("eager", spec, None, on_variant, repeats=repeats))
-    if "torch.compile" in baselines:
-        with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-            results.append(_baseline("torch.compile (cold cache)", spec, env, on_variant))
-            results.append(_baseline("torch.compile (warm cache)", spec, env, on_variant, repeats=repeats))
-        if not spec["train"]:  # freezing folds weights that training would change
-            with tempfile.TemporaryDirectory() as cache:
-                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-                results.append(_baseline("torch.compile freezing (cold cache)", spec, env, on_variant))
-                results.append(_baseline("torch.compile freezing (warm cache)", spec, env, on_variant, repeats=repeats))
-    if "aot_compile" in baselines and not spec.get("regional"):
-        results += _aot_compile_variants(spec, on_variant)
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = [_Variant(name, {**spec, **extra}) for name, extra in variants]
+        if "eager" in baselines:  # a training step: also torch.optim's foreach and fused implementations
+            plan += [_Variant(name, spec, baseline=True)
+                     for name in ("eager", *(("eager foreach", "eager fused") if spec["train"] else ()))]
+        if "torch.compile" in baselines:
+            # freezing folds weights that training would change: inference only; a training
+            # step also compiles whole, forward, backward and the optimizer's step
+            labels = ("torch.compile", WHOLE_STEP) if spec["train"] else ("torch.compile", "torch.compile freezing")
+            for label in labels:
+                # no space in the path: inductor's compiler command lines would split it
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / label.replace(" ", "-")))
+                plan += [_Variant(f"{label} (cold cache)", spec, env, baseline=True, once=True),
+                         _Variant(f"{label} (warm cache)", spec, env, baseline=True)]
+        if "aot_compile" in baselines and not spec.get("regional"):
+            plan += _aot_compile_variants(spec, Path(tmp), on_variant)
+        for k in range(repeats):
+            for v in plan:
+                if v.error or (v.once and k):
+                    continue
+                if on_variant:
+                    on_variant(v.name + (f" (process {k + 1} of {repeats})" if repeats > 1 and not v.once else ""))
+                check = {"check_path": str(Path(tmp) / f"check-{plan.index(v)}.safetensors")} if k == 0 else {}
+                try:
+                    v.runs.append(_run_once(v.name, {**v.spec, **check}, v.env))
+                except AotcError as e:
+                    if not v.baseline:
+                        raise
+                    v.error = str(e)
+        return _checked(spec, plan, Path(tmp))
+
+
+def _checked(spec: dict, plan: list[_Variant], tmp: Path) -> list[Result]:
+    """Each variant's Result with its first call's verdict against eager's: the eager
+    baseline's own record where it ran, else the bundle's reference."""
+    from aotc.tools import bench_check
+
+    records = {v.name: bench_check.load(tmp / f"check-{i}.safetensors") for i, v in enumerate(plan)
+               if v.runs and (tmp / f"check-{i}.safetensors").exists()}
+    tolerances, expected = {}, records.get("eager")
+    if not spec.get("regional"):
+        bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+        tolerances = bundle.manifest.tolerances
+        if expected is None:
+            from aotc.tools.verify import _golden
+
+            expected = bench_check.from_reference(_golden(bundle), spec["train"])
+    results = []
+    for v in plan:
+        if v.error or not v.runs:
+            results.append(_failed(v.name, spec, v.error or "did not run"))
+            continue
+        check = "eager" if v.name == "eager" else bench_check.verdict(expected or {}, records.get(v.name, {}),
+                                                                     tolerances)
+        results.append(dataclasses.replace(_combine(v.runs), check=check))
     return results
 
 
-def _baseline(name: str, spec: dict, env: dict | None, on_variant, extra: dict | None = None,
-              repeats: int = 1) -> Result:
-    if on_variant:
-        on_variant(name)
-
-    try:
-        return run_variant(name, {**spec, **(extra or {})}, env, repeats)
-    except AotcError as e:
-        return _failed(name, spec, str(e))
-
-
-def _aot_compile_variants(spec: dict, on_variant) -> list[Result]:
+def _aot_compile_variants(spec: dict, tmp: Path, on_variant) -> list[_Variant]:
+    """aot_compile's artifact, made (untimed) in a process of its own, and its two rows:
+    loaded with an empty inductor cache, and with the one compiling left."""
     names = ("aot_compile (cold cache)", "aot_compile (warm cache)")
-    with tempfile.TemporaryDirectory() as tmp:
-        warm, artifact = Path(tmp) / "warm-cache", str(Path(tmp) / "compiled.bin")
-        if on_variant:
-            on_variant("aot_compile: compiling (not timed)")
-        proc = subprocess.run(
-            [sys.executable, "-m", "aotc.tools.bench_child", "--prepare-aot", json.dumps({**spec, "artifact": artifact})],
-            capture_output=True, text=True, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)),
-        )
-        if proc.returncode != 0:
-            error = f"aot_compile failed: {_last_line(proc.stderr)}"
-            return [_failed(name, spec, error) for name in names]
-        extra = {"artifact": artifact}
-        cold = _baseline(names[0], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "cold-cache")),
-                         on_variant, extra)
-        return [cold, _baseline(names[1], spec, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)), on_variant, extra,
-                                spec.get("repeats", 1))]
+    warm, artifact = tmp / "aot-warm-cache", str(tmp / "compiled.bin")
+    if on_variant:
+        on_variant("aot_compile: compiling (not timed)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotc.tools.bench_child", "--prepare-aot", json.dumps({**spec, "artifact": artifact})],
+        capture_output=True, text=True, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)),
+    )
+    extra = {**spec, "artifact": artifact}
+    cold = _Variant(names[0], extra, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp / "aot-cold-cache")),
+                    baseline=True, once=True)
+    rows = [cold, _Variant(names[1], extra, dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(warm)), baseline=True)]
+    if proc.returncode != 0:
+        for row in rows:
+            row.error = f"aot_compile failed: {_last_line(proc.stderr)}"
+    return rows
 
 
 def _names(classes) -> list[str]:

@@ -19,6 +19,10 @@ from pathlib import Path
 
 from aotc.tools.bench_raw import RAW
 
+WHOLE_STEP = "torch.compile whole step"
+# the training baselines' torch.optim implementations: eager's plain row is CPU's default
+OPTIMIZER_IMPL = {"eager foreach": {"foreach": True}, "eager fused": {"fused": True}}
+
 
 def _peak_rss_mib() -> float:
     """This process's peak RSS. /proc's VmHWM starts afresh at exec; ru_maxrss keeps the
@@ -112,7 +116,7 @@ def _model_step(spec: dict, device):
 
             tc.inductor_freezing_on()  # a process of its own: nothing else compiles here
             call = torch.compile(model)
-        elif variant.startswith("torch.compile"):
+        elif variant.startswith("torch.compile") and not variant.startswith(WHOLE_STEP):
             call = torch.compile(model)
         elif variant.startswith("aot_compile"):
             with open(spec["artifact"], "rb") as f:
@@ -121,7 +125,9 @@ def _model_step(spec: dict, device):
             def call(*a, **k):
                 return compiled(model, *a, **k)
     args, kwargs = _inputs(spec, device)
-    optimizer = _optimizer(spec, model) if train and not (joint and model.optimizer is not None) else None
+    optimizer = None
+    if train and not (joint and model.optimizer is not None):
+        optimizer = _optimizer(spec, model, OPTIMIZER_IMPL.get(variant.split(" (")[0], {}))
 
     def step():
         if not train:
@@ -139,22 +145,28 @@ def _model_step(spec: dict, device):
         optimizer.zero_grad()
         return loss
 
+    if variant.startswith(WHOLE_STEP):  # forward, backward and the optimizer's step under one torch.compile
+        return torch.compile(step)
     return step
 
 
-def _optimizer(spec: dict, model):
+def _optimizer(spec: dict, model, impl: dict):
     """The optimizer a training step runs: the one a joint bundle carries (for the
-    baselines, torch.optim's own with its hyperparameters), else SGD with lr 1e-3."""
+    baselines, torch.optim's own with its hyperparameters), else SGD with lr 1e-3; `impl`
+    picks torch.optim's implementation (CPU's default is the for-loop one)."""
     import torch
 
     from aotc.bundle.files import Bundle
 
     info = None if spec.get("regional") else Bundle.open(spec["bundle"], verify_hashes=False).metadata.optimizer
     if info is None:
-        return torch.optim.SGD(model.parameters(), lr=1e-3)
+        return torch.optim.SGD(model.parameters(), lr=1e-3, **impl)
     from aotc.contract import optimizers
 
-    return optimizers.build(info, model, optimizers.initial_state(info, None, model))
+    optimizer = optimizers.build(info, model, optimizers.initial_state(info, None, model))
+    for group in optimizer.param_groups:  # as if passed to the constructor: step() reads them from here
+        group.update(impl)
+    return optimizer
 
 
 def _child(spec: dict) -> None:
@@ -167,15 +179,19 @@ def _child(spec: dict) -> None:
     device = resolve_device(spec["device"])
     from aotc.tools.bench_raw import raw_step
 
-    step = raw_step(spec, device) if spec["variant"] == RAW else _model_step(spec, device)
+    raw = spec["variant"] == RAW
+    step = raw_step(spec, device) if raw else _model_step(spec, device)
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    step()
+    torch.manual_seed(0)  # every variant's first call draws what eager's draws (dropout)
+    first = step()
     sync()
     print("FIRST", flush=True)
+    if spec.get("check_path"):  # what the driver compares with eager's before the figures count
+        _save_check(spec, first, raw)
     for _ in range(spec["warmup"]):
         step()
     times = []
@@ -194,6 +210,20 @@ def _child(spec: dict) -> None:
         "p90_us": times[min(len(times) - 1, int(0.9 * len(times)))] * 1e6,
         "peak_memory_mib": peak,
     }), flush=True)
+
+
+def _save_check(spec: dict, first, raw: bool) -> None:
+    from aotc.tools import bench_check
+
+    if raw:
+        from aotc.bundle.files import Bundle
+        from aotc.tools.bench_raw import raw_kind
+
+        bundle = Bundle.open(spec["bundle"], verify_hashes=False)
+        found = bench_check.raw_record(bundle, raw_kind(bundle, spec["train"]), first, spec["train"])
+    else:
+        found = bench_check.record(first, spec["train"])
+    bench_check.save(found, spec["check_path"])
 
 
 def _prepare_aot(spec: dict) -> None:

@@ -25,8 +25,18 @@ from aotc.runtime.autograd_fn import TrainingGraphs
 RAW = "aoti raw runner"  # the variant's name in bench's tables
 
 
+def raw_kind(bundle, train: bool) -> str:
+    """The graph the raw runner times: inference where there is one or nothing is trained,
+    else the joint step, else forward and backward ("forward")."""
+    kinds = bundle.graph_kinds
+    if not train or "inference" in kinds:
+        return "inference" if "inference" in kinds else kinds[0]
+    return "joint" if "joint" in kinds else "forward"
+
+
 def raw_step(spec: dict, device):
-    """The compiled packages called bare on flat tensors gathered once; returns step()."""
+    """The compiled packages called bare on flat tensors gathered once; returns step(),
+    which returns the graph's flat outputs (nothing for forward+backward)."""
 
     require_signature(spec["bundle"], spec["public_keys"])  # the packages are native code: as aotc.load would
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
@@ -45,9 +55,8 @@ def raw_step(spec: dict, device):
         updates = aoti_updates.plan(bundle, kind)  # the package writes new values into its inputs
         return lambda flat: updates.outputs(flat, run(flat))
 
-    kinds = bundle.graph_kinds
+    kinds, kind = bundle.graph_kinds, raw_kind(bundle, spec["train"])
     if not spec["train"] or "inference" in kinds:
-        kind = "inference" if "inference" in kinds else kinds[0]
         package, flat = loader(kind), example_graph_inputs(bundle, kind, device)
         run = package.run
         aoti = formats.get("aoti")
@@ -84,12 +93,14 @@ def raw_step(spec: dict, device):
                 pairs = [(flat[j], outs[i]) for i, j in new if outs[i] is not flat[j]]
                 if pairs:
                     torch._foreach_copy_([t for t, _ in pairs], [v for _, v in pairs])
+                return outs
 
             return fused_step
 
         def joint_step():
             outs = run(flat)
             torch._foreach_add_(params, [outs[i] for i in grads], alpha=-lr)
+            return outs
 
         return joint_step
 
