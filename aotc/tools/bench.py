@@ -50,7 +50,8 @@ from aotc.runtime.regional import RegionalBundle, is_regional
 from aotc.sources.hf_folder import has_bundle_config
 from aotc.tools.bench_child import WHOLE_STEP
 from aotc.tools.bench_raw import RAW
-from aotc.tools.verify import artifacts
+from aotc.tools import bench_check
+from aotc.tools.verify import _golden, artifacts
 
 BASELINES = ("eager", "torch.compile", "aot_compile", "raw")
 MODEL_BASELINES = ("eager", "torch.compile", "aot_compile")  # these rebuild the model from --model
@@ -272,8 +273,6 @@ def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Res
 def _checked(spec: dict, plan: list[_Variant], tmp: Path) -> list[Result]:
     """Each variant's Result with its first call's verdict against eager's: the eager
     baseline's own record where it ran, else the bundle's reference."""
-    from aotc.tools import bench_check
-
     records = {v.name: bench_check.load(tmp / f"check-{i}.safetensors") for i, v in enumerate(plan)
                if v.runs and (tmp / f"check-{i}.safetensors").exists()}
     tolerances, expected = {}, records.get("eager")
@@ -281,8 +280,6 @@ def _checked(spec: dict, plan: list[_Variant], tmp: Path) -> list[Result]:
         bundle = Bundle.open(spec["bundle"], verify_hashes=False)
         tolerances = bundle.manifest.tolerances
         if expected is None:
-            from aotc.tools.verify import _golden
-
             expected = bench_check.from_reference(_golden(bundle), spec["train"])
     results = []
     for v in plan:

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from aotc._torch_compat import pytree
 from aotc.contract.outputs import plain_outputs
 from aotc.contract.subclasses import dense_leaves
+from aotc.tools.verify import compare
 
 PASS = "pass"
 WRONG = "WRONG"
@@ -58,8 +59,6 @@ def from_reference(golden: dict[str, torch.Tensor], train: bool) -> dict[str, to
 def verdict(expected: dict[str, torch.Tensor], actual: dict[str, torch.Tensor], tolerances: dict) -> str:
     """"pass", "WRONG: ..." naming the first entries that differ (one eager has and the
     variant lacks among them), or "unchecked: ..." when there is nothing to compare."""
-    from aotc.tools.verify import compare
-
     if not expected:
         return "unchecked: no eager result to compare with (no eager baseline, no reference entry)"
     if not actual:
