@@ -51,8 +51,11 @@ docs: install
 # The C++ runtime (make cpp) is built while the second process runs: only the rest needs it.
 # --durations lists the slowest tests, to keep a clean-clone run inside its time budget; the
 # cache layers of real models (tests/test_hf_caches.py) run in the second process too, which
-# is the shorter one.
-BESIDE := tests/test_conformance.py tests/test_export_suite.py tests/test_hf_caches.py
+# is the shorter one, and so do the sweep's slice and the benchmark suite's run (neither needs
+# the C++ runtime or the sample bundles the rest builds once), which leave the rest (the docs'
+# examples among them) about as long as this process.
+BESIDE := tests/test_conformance.py tests/test_export_suite.py tests/test_hf_caches.py tests/test_sweep.py \
+	tests/test_bench_suite.py
 test: install
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)

@@ -144,7 +144,7 @@ def results_table(results, title: str):
     spread = any(r.spread is not None for r in results)
     table = Table(title=title, title_justify="left")
     table.add_column("variant", ratio=1)  # the one column that wraps when the terminal is narrow
-    for col in ("cold\nstart", "median", *(["spread"] if spread else []), "p90", "peak\nMiB", "vs\neager's\nresult",
+    for col in ("cold\nstart", "median", *(["spread"] if spread else []), "p90", "peak\nMiB", "check",
                 *(b for _, b in bases)):
         table.add_column(col, justify="right", no_wrap=True)
     failed = []
@@ -163,9 +163,11 @@ def results_table(results, title: str):
 
 
 def _check_cell(check: str) -> str:
+    """Its first call against eager's: "same", WRONG, or "-" (eager itself, or nothing to
+    compare with: --json says why)."""
     if check.startswith("WRONG"):
         return "[red]WRONG[/red]"
-    return {"pass": "same", "eager": "-"}.get(check, "unchecked")
+    return "same" if check == "pass" else "-"
 
 
 def _suite(models: str | None, out: Path, threads: int | None, repeats: int, iters: int, train: bool,
