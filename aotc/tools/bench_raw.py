@@ -21,6 +21,7 @@ from aotc.bundle.signing import require_signature
 from aotc.exporters import aoti_updates, formats
 from aotc.exporters.graph_inputs import example_graph_inputs
 from aotc.runtime.autograd_fn import TrainingGraphs
+from aotc.tools.verify import _golden, _golden_inputs
 
 RAW = "aoti raw runner"  # the variant's name in bench's tables
 
@@ -37,8 +38,6 @@ def raw_kind(bundle, train: bool) -> str:
 def _on_golden_inputs(bundle, kind: str, flat: list, device) -> list:
     """`flat` with the user inputs replaced by the bundle's golden ones, which every other
     variant runs on (example_graph_inputs makes random ones)."""
-    from aotc.tools.verify import _golden, _golden_inputs
-
     golden = [t.to(device) if isinstance(t, torch.Tensor) else t
               for t in pytree.tree_leaves(_golden_inputs(bundle, _golden(bundle)))]
     return [golden[s.index] if s.role == "user_input" else v for s, v in zip(bundle.signature.graphs[kind].inputs, flat)]
