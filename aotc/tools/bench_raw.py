@@ -35,9 +35,10 @@ def raw_kind(bundle, train: bool) -> str:
     return "joint" if "joint" in kinds else "forward"
 
 
-def _on_golden_inputs(bundle, kind: str, flat: list, device) -> list:
-    """`flat` with the user inputs replaced by the bundle's golden ones, which every other
-    variant runs on (example_graph_inputs makes random ones)."""
+def _on_golden_inputs(bundle, kind: str, device) -> list:
+    """The graph's flat inputs (example_graph_inputs), its user inputs the bundle's golden
+    ones, which every other variant runs on (example_graph_inputs makes random ones)."""
+    flat = example_graph_inputs(bundle, kind, device)
     golden = [t.to(device) if isinstance(t, torch.Tensor) else t
               for t in pytree.tree_leaves(_golden_inputs(bundle, _golden(bundle)))]
     return [golden[s.index] if s.role == "user_input" else v for s, v in zip(bundle.signature.graphs[kind].inputs, flat)]
@@ -66,7 +67,7 @@ def raw_step(spec: dict, device):
 
     kinds, kind = bundle.graph_kinds, raw_kind(bundle, spec["train"])
     if not spec["train"] or "inference" in kinds:
-        package, flat = loader(kind), _on_golden_inputs(bundle, kind, example_graph_inputs(bundle, kind, device), device)
+        package, flat = loader(kind), _on_golden_inputs(bundle, kind, device)
         run = package.run
         aoti = formats.get("aoti")
         build = bundle.manifest.file(aoti.artifact_path(kind, device.type)).build or {}
@@ -86,8 +87,7 @@ def raw_step(spec: dict, device):
     sig = bundle.signature.graphs
     lr = 1e-3
     if "joint" in kinds:
-        run, flat = runner("joint"), _on_golden_inputs(bundle, "joint", example_graph_inputs(bundle, "joint", device),
-                                                       device)
+        run, flat = runner("joint"), _on_golden_inputs(bundle, "joint", device)
         names = [s.name for s in sig["joint"].inputs]
         grads = [i for i, s in enumerate(sig["joint"].outputs) if s.role == "gradient"]
         params = [flat[names.index(sig["joint"].outputs[i].name.removeprefix("grad:"))] for i in grads]
@@ -116,7 +116,7 @@ def raw_step(spec: dict, device):
 
     graphs = TrainingGraphs.build(None, None, sig["forward"], sig["backward"])
     forward, backward = runner("forward"), runner("backward")
-    flat = _on_golden_inputs(bundle, "forward", example_graph_inputs(bundle, "forward", device), device)
+    flat = _on_golden_inputs(bundle, "forward", device)
     outs = forward(flat)
     ones = [torch.ones_like(outs[p]) for p in graphs.tangent_outputs]
     roles = [s.role for s in sig["forward"].inputs]
