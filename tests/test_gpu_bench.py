@@ -128,3 +128,25 @@ def test_a_suite_cut_at_its_time_limit_has_not_passed():
     assert figures(tests, [], suite_exit=0)[0]["met"] is True
     cut = figures(tests, [], suite_exit=2)[0]
     assert cut["met"] is False and cut["value"].endswith("interrupted at its time limit")
+
+
+def test_a_killed_suite_without_its_xml_is_read_from_its_verbose_log(tmp_path):
+    """Killed at its time limit, pytest writes no JUnit XML (an H200 run did so): the tests
+    that ended before it are read from pytest -v's log, and the cut still fails the figure."""
+    from benchmarks.gpu import gpu_report
+
+    (tmp_path / "cuda-suite.log").write_text(
+        "tests/test_cuda.py::test_every_sample[mlp-inference] PASSED      [  3%]\n"
+        "tests/test_cuda.py::test_every_sample[mlp-autograd] FAILED       [  6%]\n"
+        "tests/test_compile.py::test_cuda_compile_and_run SKIPPED (needs a CUDA device) [  9%]\n"
+        "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!! KeyboardInterrupt !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n")
+    (tmp_path / "cuda-suite.exit").write_text("137\n")
+    assert gpu_report.main(str(tmp_path)) == 0
+    suite = json.loads((tmp_path / "gpu-report.json").read_text())["suite"]
+    assert {name: t["outcome"] for name, t in suite.items()} == {
+        "test_cuda::test_every_sample[mlp-inference]": "passed",
+        "test_cuda::test_every_sample[mlp-autograd]": "failed",
+        "test_compile::test_cuda_compile_and_run": "skipped",
+    }
+    first = json.loads((tmp_path / "gpu-report.json").read_text())["figures"][0]
+    assert first["met"] is False and first["value"].endswith("interrupted at its time limit")

@@ -13,6 +13,7 @@ says, for each of issue 46's figures, whether this run met it:
 from __future__ import annotations
 
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -41,11 +42,28 @@ def suite(xml: Path) -> dict:
     return {"ran": True, "tests": tests}
 
 
+# pytest -v's line for each test: "tests/test_cuda.py::test_x[mlp] PASSED [ 3%]"
+_VERBOSE = re.compile(r"^(?:tests/)?(\w+)\.py::(\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", re.M)
+
+
+def suite_from_log(log: Path) -> dict:
+    """Each test's outcome from pytest -v's log: the JUnit XML is not written when the suite
+    is killed at its time limit, and the tests that finished before it still count."""
+    if not log.is_file():
+        return {"ran": False, "tests": {}}
+    outcomes = {"PASSED": "passed", "FAILED": "failed", "SKIPPED": "skipped", "ERROR": "error",
+                "XFAIL": "skipped", "XPASS": "failed"}
+    tests = {f"{module}::{name}": {"outcome": outcomes[word], "message": "", "seconds": 0.0}
+             for module, name, word in _VERBOSE.findall(log.read_text(errors="replace"))}
+    return {"ran": bool(tests), "tests": tests}
+
+
 def figures(tests: dict, rows: list[dict], suite_exit: int | None = None) -> list[dict]:
     """Each figure the issue sets: its value in this run and whether it is met (None: not
-    measured). `suite_exit` 2: pytest was interrupted at its time limit, so not every test ran."""
+    measured). `suite_exit` 2: pytest was interrupted at its time limit, so not every test ran
+    (124, 137: timeout stopped or killed it)."""
     outcomes = [t["outcome"] for t in tests.values()]
-    interrupted = suite_exit == 2
+    interrupted = suite_exit in (2, 124, 137)
     cpp = {n: t["outcome"] for n, t in tests.items() if "cpp_runtime" in n}
     by_pair = {(g.aotc, g.other): g for g in geomeans(rows)}
 
@@ -95,7 +113,7 @@ def render(run: Path, tests: dict, figs: list[dict]) -> str:
 
 def main(folder: str) -> int:
     run = Path(folder)
-    tests = suite(run / "cuda-suite.xml")["tests"]
+    tests = suite(run / "cuda-suite.xml")["tests"] or suite_from_log(run / "cuda-suite.log")["tests"]
     bench = json.loads((run / "gpu-bench.json").read_text()) if (run / "gpu-bench.json").is_file() else {}
     exit_file = run / "cuda-suite.exit"
     suite_exit = int(exit_file.read_text()) if exit_file.is_file() else None
