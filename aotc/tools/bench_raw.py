@@ -11,6 +11,8 @@ both packages and a foreach SGD update (no buffer updates, no loss function).
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 
 import torch
@@ -51,6 +53,7 @@ def raw_step(spec: dict, device):
     require_signature(spec["bundle"], spec["public_keys"])  # the packages are native code: as aotc.load would
     bundle = Bundle.open(spec["bundle"], verify_hashes=False)
     workdir = tempfile.mkdtemp(prefix="aotc-bench-")
+    atexit.register(shutil.rmtree, workdir, True)  # the packages run until the child exits
     index = device.index if device.index is not None else -1
 
     def loader(kind: str):

@@ -8,6 +8,8 @@ here raises `NotRun` with the reason; any other exception is the variant failing
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -126,7 +128,9 @@ def raw_runner(bundle_path: Path, device: torch.device, args: tuple, kwargs: dic
     aoti, kind = formats.get("aoti"), "inference"
     artifact = aoti.artifact_path(kind, device.type)
     index = device.index if device.index is not None else -1
-    package = aoti_package_loader(str(bundle.path / artifact), index, tempfile.mkdtemp(prefix="aotc-bench-"))
+    workdir = tempfile.mkdtemp(prefix="aotc-bench-")
+    atexit.register(shutil.rmtree, workdir, True)  # the package runs until this process exits
+    package = aoti_package_loader(str(bundle.path / artifact), index, workdir)
     sig = bundle.signature.graphs[kind]
     flat = example_graph_inputs(bundle, kind, device)
     user = user_flat(bundle, args, kwargs)
