@@ -14,17 +14,16 @@ import torch
 from aotc._torch_compat import pytree
 from aotc.bundle.files import Bundle, check_target, check_writable
 from aotc.bundle.schema import Metadata, ModelInfo
-from aotc.capture import MODES, Capture, CaptureOptions, capture
+from aotc.capture import MODES, Capture, CaptureOptions, capture_call
 from aotc.capture.breaks import describe, report
-from aotc.capture.inputs import bind_call
+from aotc.capture.inputs import BoundCall, bind_call
 from aotc.capture.module_copy import copy_module
 from aotc.capture.optimizer_step import fuse_optimizer
 from aotc.contract import optimizers
 from aotc.contract.call_inputs import unwrap
-from aotc.contract.loss_inputs import LossOverInputs
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.export_writer import Check, Contents, PhaseCallback, write_bundle
-from aotc.sources.model_file import FunctionModule, _split_inputs
+from aotc.sources.model_file import FunctionModule
 from aotc.tools.size_check import check_small_sizes
 from aotc.tools.verify import replay_fresh
 
@@ -93,10 +92,10 @@ def export(
     check_target(out, o.force)  # fail before seconds of tracing, not after
     check_writable(out)
     module = model if isinstance(model, torch.nn.Module) else FunctionModule(model)
-    args, kwargs = _split_inputs(example_inputs, "example_inputs")
     mode = mode_for_graphs(graphs)
-    if loss_inputs is not None:
-        args, loss = _with_loss_inputs(mode, args, loss, loss_inputs)
+    # the one place the user's inputs are read: from here on every flat input is a tensor,
+    # and the rest are constants or symbolic ints of the call (aotc.contract.call_inputs)
+    call = bind_call(module, example_inputs, mode, loss, loss_inputs, dynamic_shapes)
     fused = None
     if optimizer is not None:  # refused before seconds of tracing
 
@@ -105,21 +104,14 @@ def export(
                             "gradients inside it.")
         info = optimizers.describe(optimizer, module)
         fused = (info, optimizers.initial_state(info, optimizer, module))
-    # inputs that are not tensors become constants (or symbolic ints) of the call: from
-    # here on every flat input is a tensor (aotc.contract.call_inputs)
-    call = bind_call(module, args, kwargs, dynamic_shapes, loss if mode == "joint" else None)
-    args, kwargs = call.args, call.kwargs
-    capture_options = CaptureOptions(mode=mode, partitioner=o.partitioner, train=o.train,
-                                     dynamic_shapes=call.dynamic_shapes)
     if o.on_phase:
         o.on_phase("capture")
     try:
-        captured = capture(module, args, kwargs, loss=loss, options=capture_options)
+        captured = capture_call(module, call, CaptureOptions(mode=mode, partitioner=o.partitioner, train=o.train))
     except CaptureError as e:
         if e.__cause__ is None or isinstance(e, GraphBreakError):
             raise  # aotc's own refusal, which says what to do
-        raise _with_break_report(e, module, *unwrap((args, kwargs))) from e.__cause__
-    captured = dataclasses.replace(captured, constant_inputs=call.constants)
+        raise _with_break_report(e, module, call) from e.__cause__
     if fused is not None:
         captured = _with_optimizer(captured, *fused)
     for line in captured.narrowed:
@@ -133,22 +125,8 @@ def export(
         num_parameters=sum(p.numel() for p in module.parameters()),
         task=o.task,
     )
-    return write_bundle(captured, module, args, kwargs, out, Contents(mode, info, loss, o.assets), force=o.force,
-                        on_phase=o.on_phase,
-                        check=export_checks(captured, module, args, kwargs, mode, loss, o.on_phase))
-
-
-def _with_loss_inputs(mode: str, args: tuple, loss, loss_inputs) -> tuple[tuple, LossOverInputs]:
-    """The training call's inputs (the model's, then the loss's) and its loss."""
-    if mode != "joint":
-        raise AotcError("loss_inputs= feeds the loss of a joint graph (graphs=(\"joint\",)); a forward+backward "
-                        "bundle returns the model's outputs, and your loss takes its inputs in your code.")
-    if loss is None:
-        raise AotcError("loss_inputs= are the inputs of a loss: pass loss=, called as loss(outputs, *loss_inputs).")
-    if isinstance(loss_inputs, torch.Tensor) or not isinstance(loss_inputs, (tuple, list)) or not loss_inputs:
-        raise AotcError(f"loss_inputs= is a {type(loss_inputs).__name__}; give a tuple of the loss's inputs, e.g. "
-                        "loss_inputs=(targets,).")
-    return (*args, *loss_inputs), LossOverInputs(loss, len(loss_inputs))
+    return write_bundle(captured, module, call, out, Contents(mode, info, call.loss, o.assets), force=o.force,
+                        on_phase=o.on_phase, check=export_checks(captured, module, call, mode, o.on_phase))
 
 
 def _options(options: ExportOptions | None, settings: dict[str, Any]) -> ExportOptions:
@@ -161,7 +139,7 @@ def _options(options: ExportOptions | None, settings: dict[str, Any]) -> ExportO
     return dataclasses.replace(options or ExportOptions(), **settings)
 
 
-def export_checks(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, mode: str, loss=None,
+def export_checks(captured: Capture, module: torch.nn.Module, call: BoundCall, mode: str,
                   on_phase: PhaseCallback | None = None) -> Check:
     """What export checks on the bundle it wrote, before the bundle takes its place: run
     on fx with the example inputs, it gives eager's results (else CaptureError), and the
@@ -178,8 +156,9 @@ def export_checks(captured: Capture, module: torch.nn.Module, args: tuple, kwarg
         if on_phase:
             on_phase("sizes")
         names = [u.name for u in captured.user_inputs]
-        return check_small_sizes(root, metadata, captured.small_sizes, module, pytree.tree_leaves((args, kwargs)),
-                                 captured.in_spec, names, mode, loss, captured.training)
+        return check_small_sizes(root, metadata, captured.small_sizes, module,
+                                 pytree.tree_leaves((call.args, call.kwargs)), captured.in_spec, names, mode,
+                                 call.loss, captured.training)
 
     return check
 
@@ -193,13 +172,13 @@ def _with_optimizer(captured: Capture, info, state: dict) -> Capture:
     return dataclasses.replace(captured, graphs=graphs, optimizer=info, optimizer_state=state)
 
 
-def _with_break_report(error: CaptureError, module: torch.nn.Module, args: tuple, kwargs: dict) -> CaptureError:
+def _with_break_report(error: CaptureError, module: torch.nn.Module, call: BoundCall) -> CaptureError:
     """torch's failure to capture `module`, with every place that cannot be captured
     (aotc.capture.breaks) when Dynamo finds them; else the error as it was."""
 
     with torch.no_grad():
         try:
-            breaks = report(copy_module(module), args, kwargs)
+            breaks = report(copy_module(module), *unwrap((call.args, call.kwargs)))
         except Exception:  # the report is a help; the capture error stands without it
             return error
     if not breaks:

@@ -24,6 +24,7 @@ from aotc._torch_compat import pytree
 from aotc.bundle.files import METADATA, SIGNATURE, WEIGHTS, Bundle, BundleWriter, staging_dir
 from aotc.bundle.schema import FORMAT_VERSION, GenerationInfo, Manifest, Metadata, ModelInfo, Signature
 from aotc.capture import Capture
+from aotc.capture.inputs import BoundCall
 from aotc.contract.ambient import current
 from aotc.contract.call_form import portable
 from aotc.contract.optimizers import OPTIMIZER_STATE
@@ -56,11 +57,11 @@ class Contents:
     generation: GenerationInfo | None = None
 
 
-def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs: dict, out: Path,
+def write_bundle(captured: Capture, module: torch.nn.Module, call: BoundCall, out: Path,
                  contents: Contents, *, force: bool = False, on_phase: PhaseCallback | None = None,
                  check: Check | None = None) -> Bundle:
     """Write a captured model as a bundle at `out` (atomically), with eager's references
-    for the example inputs. `check(root, metadata)` runs on the complete bundle before it
+    for the call it was captured on. `check(root, metadata)` runs on the complete bundle before it
     takes `out`'s place (a bundle that fails it is never written) and may return the
     metadata revised (aotc.api's replay and small-size checks: the layer above)."""
     mode, info, loss, assets, generation = (contents.mode, contents.model, contents.loss, contents.assets,
@@ -70,7 +71,8 @@ def write_bundle(captured: Capture, module: torch.nn.Module, args: tuple, kwargs
     names = [u.name for u in captured.user_inputs]
     ambient = current()  # export leaves the caller's state as it found it
     fused = (captured.optimizer, captured.optimizer_state) if captured.optimizer is not None else None
-    golden, tolerances = reference.compute(module, args, kwargs, names, mode, loss, captured.training, fused)
+    golden, tolerances = reference.compute(module, call.args, call.kwargs, names, mode, loss, captured.training,
+                                          fused)
     with staging_dir(out, force) as root:
         writer = BundleWriter(root)
         _write_weights(captured, writer)

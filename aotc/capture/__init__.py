@@ -34,8 +34,8 @@ puts them back, exactly as AOTAutograd's own runtime wrappers do.
     (['inference'], ['weight', 'bias', 'input'])
 """
 
-from aotc.capture.driver import capture
+from aotc.capture.driver import capture, capture_call
 from aotc.capture.flat_programs import CapturedGraph
 from aotc.capture.types import MODES, Capture, CaptureOptions
 
-__all__ = ["MODES", "Capture", "CaptureOptions", "CapturedGraph", "capture"]
+__all__ = ["MODES", "Capture", "CaptureOptions", "CapturedGraph", "capture", "capture_call"]

@@ -20,7 +20,7 @@ from aotc.capture import eager_check, subclasses
 from aotc.capture.dynamic_shapes import declared_ranges, with_narrowings
 from aotc.capture.flat_programs import CapturedGraph, capture_backward, finish_graph, run_user_outputs, user_outputs
 from aotc.capture.grad_paths import reached_from
-from aotc.capture.inputs import check_tensors, duplicate_positions, flat_user_names, value_range
+from aotc.capture.inputs import BoundCall, check_tensors, duplicate_positions, flat_user_names, value_range
 from aotc.capture.metadata import (
     alias_groups,
     build_program_meta,
@@ -57,6 +57,8 @@ class CaptureContext:
     training: bool
     user_names: list[str]
     user_paths: list[str]
+    # names of the inputs torch.export takes (with tensor subclasses, the outer ones)
+    call_names: list[str]
     flat_user: list[torch.Tensor]
     in_spec: pytree.TreeSpec
     duplicates: dict[int, int]
@@ -73,10 +75,25 @@ class CaptureContext:
 
 
 def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, options: CaptureOptions = CaptureOptions()) -> Capture:
-    """Capture `model(*args, **kwargs)` as the graphs of `options.mode`.
+    """Capture `model(*args, **kwargs)` as the graphs of `options.mode`; every input a
+    tensor (a call with other inputs is bound first: capture_call).
 
     Neither the model's weights and buffers nor the example inputs are changed.
     """
+    names, paths = flat_user_names(model, args, kwargs, loss if options.mode == "joint" else None)
+    return _capture_named(model, args, kwargs, loss, options, names, paths)
+
+
+def capture_call(model: torch.nn.Module, call: BoundCall, options: CaptureOptions = CaptureOptions()) -> Capture:
+    """Capture a bound call (aotc.capture.inputs.bind_call): its inputs, names, loss,
+    dynamic shapes and constants as bound."""
+    options = dataclasses.replace(options, dynamic_shapes=call.dynamic_shapes)
+    captured = _capture_named(model, call.args, call.kwargs, call.loss, options, call.names, call.paths)
+    return dataclasses.replace(captured, constant_inputs=call.constants)
+
+
+def _capture_named(model: torch.nn.Module, args: tuple, kwargs: dict, loss, options: CaptureOptions,
+                   user_names: list[str], user_paths: list[str]) -> Capture:
     if options.mode not in MODES:
         raise CaptureError(f"unknown capture mode '{options.mode}'; expected one of {sorted(MODES)}")
     if options.partitioner not in tc.PARTITIONER_NAMES:
@@ -90,7 +107,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
             "tensor in the model file (or pass loss= to aotc.export)."
         )
 
-    user_names, user_paths = flat_user_names(model, args, kwargs, loss if options.mode == "joint" else None)
+    call_names = user_names
     flat_user, in_spec = pytree.tree_flatten((args, kwargs))
     check_tensors(model, flat_user, user_names)
     plan = subclasses.plan(model, flat_user, user_names, in_spec)
@@ -111,7 +128,7 @@ def capture(model: torch.nn.Module, args: tuple, kwargs: dict, loss=None, option
             _check_subclass_capture(plan, options, duplicates, flat_user, user_names)
         ctx = CaptureContext(
             model=model, loss=loss, options=options, training=training,
-            user_names=user_names, user_paths=user_paths, flat_user=flat_user, in_spec=in_spec,
+            user_names=user_names, user_paths=user_paths, call_names=call_names, flat_user=flat_user, in_spec=in_spec,
             duplicates=duplicates, eager=eager, subclasses=plan,
             int_inputs=frozenset(int_positions((args, kwargs))) if plan is None else frozenset(),
         )
@@ -205,8 +222,7 @@ def _capture(ctx: CaptureContext, use_export: bool) -> Capture:
             )
         # torch.export inlines a custom Function's forward: its own backward would be lost
         raise _Disagreement([f"custom autograd.Functions {', '.join(custom)} lose their backward in torch.export"])
-    # names of the inputs torch.export takes (with tensor subclasses, the outer ones)
-    arg_names = flat_user_names(ctx.model, c_args, c_kwargs, program.loss)[0]
+    arg_names = ctx.call_names
     try:
         # torch.export makes each input a tensor of its own; AOTAutograd keeps their aliasing
         ep, narrowings, export_error = None, [], None

@@ -12,30 +12,44 @@ from aotc.bundle.schema import ConstantInput
 from aotc.capture.dynamic_shapes import ProgramShapes, user_dynamic_shapes
 from aotc.capture.ranges import spec_at
 from aotc.contract import call_inputs
-from aotc.contract.loss_inputs import LossOverInputs, model_args
+from aotc.contract.loss_inputs import LossOverInputs, model_args, with_loss_inputs
 from aotc.contract.subclasses import check_capturable, is_subclass
 from aotc.errors import CaptureError
-from aotc.sources.model_file import forward_arg_names
+from aotc.sources.model_file import forward_arg_names, split_inputs
 
 
 @dataclass(frozen=True)
 class BoundCall:
-    """Example inputs bound for capture (aotc.contract.call_inputs): tensors as leaves,
-    every other input a node; `dynamic_shapes` rewritten to match (None if none was
-    given); `constants` the inputs torch.export specializes on, named."""
+    """The call export captures, bound once from what the user gave (example inputs, loss
+    inputs, dynamic_shapes): capture, the writer and the checks read it. Tensors are its
+    leaves, every other input a node (aotc.contract.call_inputs)."""
 
     args: tuple
     kwargs: dict
+    # `dynamic_shapes` rewritten to match the bound tree; None if none was given
     dynamic_shapes: ProgramShapes | None
+    # the inputs torch.export specializes on, named
     constants: list[ConstantInput]
+    # the loss as the call runs it (loss_inputs given: a LossOverInputs); None without one
+    loss: Any
+    # readable name and pytree path of each flat tensor of the call, in order
+    names: list[str]
+    paths: list[str]
 
 
-def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any, loss=None) -> BoundCall:
-    """`model(*args, **kwargs)`'s inputs as capture takes them: an int with a Dim in
-    `dynamic_shapes` becomes a symbolic size, every other non-tensor input a constant."""
-    names, paths = flat_user_names(model, args, kwargs, loss)
+def bind_call(model, example_inputs: Any, mode: str = "inference", loss=None, loss_inputs=None,
+              dynamic_shapes: Any = None) -> BoundCall:
+    """`model`'s call on `example_inputs` (a tensor, a tuple of inputs, or (args, kwargs)) as
+    capture takes it: `loss_inputs` appended for a joint graph's loss; an int with a Dim in
+    `dynamic_shapes` becomes a symbolic size, every other input that is not a tensor a
+    constant."""
+    args, kwargs = split_inputs(example_inputs, "example_inputs")
+    if loss_inputs is not None:
+        args, loss = with_loss_inputs(mode, args, loss, loss_inputs)
+    call_loss = loss if mode == "joint" else None  # only a joint graph's inputs feed a loss
+    names, paths = flat_user_names(model, args, kwargs, call_loss)
     leaves = pytree.tree_leaves((args, kwargs), is_leaf=call_inputs.atomic)
-    extra = loss.input_names() if isinstance(loss, LossOverInputs) else []
+    extra = call_loss.input_names() if isinstance(call_loss, LossOverInputs) else []
     spec = user_dynamic_shapes(model, args, kwargs, dynamic_shapes, extra)
     spec_args = None if spec is None else (*spec["args"], *spec["kwargs"].values())
     flat_inputs = pytree.tree_flatten_with_path((*args, *kwargs.values()), is_leaf=call_inputs.atomic)[0]
@@ -44,17 +58,18 @@ def bind_call(model, args: tuple, kwargs: dict, dynamic_shapes: Any, loss=None) 
         if spec_args is not None and call_inputs.is_dynamic_int(value, spec_at(spec_args, path, (*args, *kwargs.values())))
     }
     b_args, b_kwargs = call_inputs.bind(args, kwargs, names, dynamic_ints)
-    constants = [
-        ConstantInput(name=n, path=p, type=call_inputs.constant_context(v)[0],
-                      value=call_inputs.constant_context(v)[1])
-        for i, (n, p, v) in enumerate(zip(names, paths, leaves))
-        if not isinstance(v, torch.Tensor) and i not in dynamic_ints
-    ]
+    constants, kept = [], []
+    for i, (n, p, v) in enumerate(zip(names, paths, leaves)):
+        if isinstance(v, torch.Tensor) or i in dynamic_ints:
+            kept.append(i)
+        else:
+            kind, value = call_inputs.constant_context(v)
+            constants.append(ConstantInput(name=n, path=p, type=kind, value=value))
     shapes = None
     if spec is not None:
         bound = call_inputs.adapt_dynamic_shapes((tuple(spec["args"]), spec["kwargs"]), (b_args, b_kwargs))
         shapes = ProgramShapes(*bound)
-    return BoundCall(b_args, b_kwargs, shapes, constants)
+    return BoundCall(b_args, b_kwargs, shapes, constants, loss, [names[i] for i in kept], [paths[i] for i in kept])
 
 
 def flat_user_names(model, args: tuple, kwargs: dict, loss=None) -> tuple[list[str], list[str]]:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from aotc.errors import AotcError
+
 
 class LossOverInputs:
     """`fn(outputs, *loss_inputs)`, called as a training call's loss: `(outputs, *inputs,
@@ -51,3 +53,16 @@ def model_args(loss, args: tuple) -> tuple:
     """The positional inputs of a call that go to the model (all of them, unless `loss`
     reads some of its own)."""
     return loss.model_args(args) if isinstance(loss, LossOverInputs) else args
+
+
+def with_loss_inputs(mode: str, args: tuple, loss, loss_inputs) -> tuple[tuple, LossOverInputs]:
+    """The training call's inputs (the model's, then the loss's) and its loss."""
+    if mode != "joint":
+        raise AotcError("loss_inputs= feeds the loss of a joint graph (graphs=(\"joint\",)); a forward+backward "
+                        "bundle returns the model's outputs, and your loss takes its inputs in your code.")
+    if loss is None:
+        raise AotcError("loss_inputs= are the inputs of a loss: pass loss=, called as loss(outputs, *loss_inputs).")
+    if isinstance(loss_inputs, torch.Tensor) or not isinstance(loss_inputs, (tuple, list)) or not loss_inputs:
+        raise AotcError(f"loss_inputs= is a {type(loss_inputs).__name__}; give a tuple of the loss's inputs, e.g. "
+                        "loss_inputs=(targets,).")
+    return (*args, *loss_inputs), LossOverInputs(loss, len(loss_inputs))

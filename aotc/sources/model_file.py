@@ -118,7 +118,8 @@ def _call(fn: Callable, what: str, where: str) -> Any:
         ) from e
 
 
-def _split_inputs(value: Any, where: str) -> tuple[tuple, dict]:
+def split_inputs(value: Any, where: str) -> tuple[tuple, dict]:
+    """(args, kwargs) of example inputs given as a tensor, a tuple of inputs, or (args, kwargs)."""
     if isinstance(value, torch.Tensor):
         return (value,), {}
     if (
@@ -182,7 +183,7 @@ def load_model(
             f"Model file '{where}' has no function 'example_inputs'. Define "
             "example_inputs() returning a tuple of inputs, or (args, kwargs)."
         )
-    args, kwargs = _split_inputs(_call(example_fn, "example_inputs", where), where)
+    args, kwargs = split_inputs(_call(example_fn, "example_inputs", where), where)
     _check_forward_accepts(model, args, kwargs, where)
 
     loss = getattr(module, "loss", None)

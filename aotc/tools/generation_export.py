@@ -16,7 +16,8 @@ from torch.export import Dim
 from aotc.api import export_checks
 from aotc.bundle.files import check_target
 from aotc.bundle.schema import GenerationInfo, ModelInfo
-from aotc.capture import CaptureOptions, capture
+from aotc.capture import CaptureOptions, capture_call
+from aotc.capture.inputs import bind_call
 from aotc.errors import AotcError, CaptureError
 from aotc.export_writer import Contents, write_bundle
 from aotc.tools.generation import StaticCacheLM
@@ -62,12 +63,13 @@ def _export_generation(model, out: Path, batch_size, max_cache_len, force, name,
     length = Dim("prompt", min=1, max=max_cache_len)
     if on_phase:
         on_phase("prefill")
-    prefill = capture(wrapper, (), prompt, options=CaptureOptions(
-        graph_name="prefill", dynamic_shapes={"input_ids": {1: length}, "cache_position": {0: length}}))
+    prompt_call = bind_call(wrapper, ((), prompt),
+                            dynamic_shapes={"input_ids": {1: length}, "cache_position": {0: length}})
+    prefill = capture_call(wrapper, prompt_call, CaptureOptions(graph_name="prefill"))
     if on_phase:
         on_phase("decode")
     step = {"input_ids": prompt["input_ids"][:, :1].clone(), "cache_position": torch.tensor([prompt_len])}
-    decode = capture(wrapper, (), step, options=CaptureOptions(graph_name="decode"))
+    decode = capture_call(wrapper, bind_call(wrapper, ((), step)), CaptureOptions(graph_name="decode"))
     if decode.state.keys() != prefill.state.keys():
         raise CaptureError("the prefill and decode graphs of this model take different weights; please report it")
     prefill.graphs |= decode.graphs
@@ -84,7 +86,7 @@ def _export_generation(model, out: Path, batch_size, max_cache_len, force, name,
     generation = GenerationInfo(batch_size=batch_size, max_cache_len=max_cache_len, eos_token_ids=eos,
                                 pad_token_id=pad)
     return write_bundle(
-        prefill, wrapper, (), prompt, out, Contents("inference", info, assets=assets, generation=generation),
+        prefill, wrapper, prompt_call, out, Contents("inference", info, assets=assets, generation=generation),
         force=force, on_phase=on_phase,
-        check=export_checks(prefill, wrapper, (), prompt, "inference", on_phase=on_phase),
+        check=export_checks(prefill, wrapper, prompt_call, "inference", on_phase=on_phase),
     )

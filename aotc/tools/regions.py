@@ -54,7 +54,7 @@ from aotc.runtime.regional import (  # noqa: F401 (public here before)
     tensor_spec,
     update_groups,
 )
-from aotc.sources.model_file import _split_inputs
+from aotc.sources.model_file import split_inputs
 from aotc.tools.observe import clone_tree
 
 
@@ -183,7 +183,7 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
     out = Path(out)
     check_target(out, force)
     check_writable(out)
-    args, kwargs = _split_inputs(example_inputs, "example_inputs")
+    args, kwargs = split_inputs(example_inputs, "example_inputs")
     model.train(train or graphs != ("inference",))
     training = graphs != ("inference",)
     calls = _record_calls(model, args, kwargs, grad=training)
