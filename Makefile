@@ -155,7 +155,7 @@ sweep-venv:
 	@build/venv-torch-2.14.1/bin/python -c "import timm, torchvision" 2>/dev/null || \
 		PIP_CONSTRAINT=/dev/null build/venv-torch-2.14.1/bin/pip install -q "torch==2.14.1" "torchvision==0.29.1" "timm==1.0.31"
 
-# Random corruptions of sample bundles (tests/fuzz.py); make test runs 500 of them.
+# Random corruptions of sample bundles (tests/fuzz.py); make test runs 300 of them.
 N ?= 10000
 SEED ?= 0
 fuzz: install

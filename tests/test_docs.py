@@ -3,7 +3,9 @@
 Each page's `bash` and `python` blocks run in order, in a temporary folder holding a copy of
 sample_models/, as a reader would type them: shell blocks under `bash -euo pipefail`, with
 aotc's virtualenv and the C++ runtime's build first on PATH; Python blocks in one namespace
-per page, so a later block sees an earlier one's names. A block in any other language
+per page, so a later block sees an earlier one's names. The shell's `aotc` commands run in
+forks of one process that has imported torch and aotc (tests/docs_aotc.py), which saves
+each command its seconds of imports. A block in any other language
 (`text`, `cpp`, `json`) is not run, and every fence must name its language.
 
 Markers are HTML comments, which the site does not show, on the line before a fence:
@@ -25,6 +27,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,9 +104,36 @@ def prepare(folder: Path) -> dict[str, str]:
     return env
 
 
+def start_aotc_server(env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
+    """tests/docs_aotc.py serving the page's `aotc` commands, and a link to it named `aotc`
+    first on the page's PATH. Should the server not start, the real `aotc` runs."""
+    where = Path(tempfile.mkdtemp(prefix="aotc-docs-"))  # short: a socket's path has a limit
+    (where / "bin").mkdir()
+    shim = where / "bin" / "aotc"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{ROOT / "tests" / "docs_aotc.py"}" "$@"\n')
+    shim.chmod(0o755)
+    env["AOTC_DOCS_SERVER"] = str(where / "socket")
+    env["PATH"] = os.pathsep.join([str(where / "bin"), env["PATH"]])
+    server = subprocess.Popen([sys.executable, ROOT / "tests" / "docs_aotc.py", "serve", env["AOTC_DOCS_SERVER"]],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (where / "socket").exists() and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return server, where
+
+
 def run_page(path: Path, folder: Path) -> int:
     """Runs the page's blocks in `folder`; on the first failure, says which and returns 1."""
     env = prepare(folder)
+    server, where = start_aotc_server(env)
+    try:
+        return _run_blocks(path, folder, env)
+    finally:
+        server.kill()
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _run_blocks(path: Path, folder: Path, env: dict[str, str]) -> int:
     os.environ.update(env)
     os.chdir(folder)
     sys.path.insert(0, str(folder))
