@@ -1,4 +1,4 @@
-"""500 random corruptions of sample bundles (tests/fuzz.py), each through open / inspect /
+"""300 random corruptions (AOTC_FUZZ_TRIALS) of sample bundles (tests/fuzz.py), each through open / inspect /
 load / call / verify in a child process: every trial ends in a named aotc error, or in
 results equal to the pristine bundle's, or in results verify reports as wrong."""
 
