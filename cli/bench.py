@@ -34,7 +34,8 @@ from aotc.cli._common import (
               "[default: for a bundle exported from a Hugging Face folder, rebuilt from its hf/config.json].")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
 @click.option("--baselines", default="eager,torch.compile,aot_compile,raw", show_default=True,
-              help="Comma-separated: eager, torch.compile, aot_compile (torch.compile's saved artifact), "
+              help="Comma-separated: eager, torch.compile (with and without freezing), torch.compile dynamic "
+                   "(freezing with dynamic=True, inference), aot_compile (torch.compile's saved artifact), "
                    "raw (the AOTInductor package's own runner, no aotc code); 'none' for the bundle alone.")
 @click.option("--iters", type=int, help="Timed calls per variant [default: 200; --suite: 30].")
 @click.option("--warmup", default=20, show_default=True, help="Untimed calls before timing.")

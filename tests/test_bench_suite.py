@@ -33,7 +33,8 @@ def test_report_ratios_and_geomeans_come_from_the_medians():
     def row(family, eager, aotc, tc):
         timed = {"eager": {"median_us": eager}, "aotc aoti/cpu": {"median_us": aotc},
                  "torch.compile (warm cache)": {"median_us": tc},
-                 "torch.compile (cold cache)": {"median_us": tc, "cold_start_s": 30.0}}
+                 "torch.compile (cold cache)": {"median_us": tc, "cold_start_s": 30.0},
+                 "aoti raw runner": {"median_us": None, "error": "did not run"}}
         return {"family": family, "inference": {"1": timed}, "train": {},
                 "compile": {"compile_s": 20.0, "size_bytes": 2**20}}
 
@@ -42,8 +43,8 @@ def test_report_ratios_and_geomeans_come_from_the_medians():
     assert math.isclose(g["aotc aoti/cpu"], 1.0)  # sqrt(2.0 * 0.5)
     assert math.isclose(g["torch.compile (warm cache)"], math.sqrt(1.25))
     md = bench_suite.report_md(results)
-    assert "| a | text | 0.10 ms ±0% | 2.00x ±0% | failed | 1.25x ±0% | failed | 1.60x | 20 s | 30 s | 1.0 MiB |" in md
-    assert "| text | 2 | 1.00x | - | 1.12x | - |" in md
+    assert "| a | text | 0.10 ms ±0% | 2.00x ±0% | failed | 1.25x ±0% | not run | not run | 1.60x | 20 s | 30 s | 1.0 MiB |" in md
+    assert "| text | 2 | 1.00x | - | 1.12x | - | - |" in md
     assert "None was WRONG in this run." in md
 
 

@@ -23,6 +23,13 @@ same hyperparameters). The variants:
   step also `eager foreach` and `eager fused` (torch.optim's faster implementations; CPU's
   default is the for-loop one) and `torch.compile whole step` (forward, backward and the
   optimizer's step under one torch.compile);
+- `torch.compile dynamic` (asked for by name; `aotc bench --suite` does): `torch.compile
+  freezing` with `dynamic=True`. Inductor's freezing prepacks a linear's weight for MKL's
+  sgemm when its sizes are static, for oneDNN when they are symbolic (and always ahead of
+  time, where MKL's packed weights cannot be saved). Which is faster depends on the CPU: on
+  an AMD EPYC, oneDNN's linear is 1.17-1.36x MKL's at BERT's sizes
+  (benchmarks/text_codegen.md). Where the static choice is slower, this is the stronger
+  torch.compile baseline;
 - `aot_compile`: torch.compile's own ahead-of-time artifact
   (`torch.compile(model.forward, fullgraph=True).aot_compile(...)`, then
   `save_compiled_function`), made in a process of its own that is not timed, then loaded
@@ -48,13 +55,13 @@ from aotc.bundle.signing import configured_keys, require_signature
 from aotc.errors import AotcError
 from aotc.runtime.regional import RegionalBundle, is_regional
 from aotc.sources.hf_folder import has_bundle_config
-from aotc.tools.bench_child import WHOLE_STEP
+from aotc.tools.bench_child import FROZEN_DYNAMIC, WHOLE_STEP
 from aotc.tools.bench_raw import RAW
 from aotc.tools import bench_check
 from aotc.tools.verify import _golden, artifacts
 
-BASELINES = ("eager", "torch.compile", "aot_compile", "raw")
-MODEL_BASELINES = ("eager", "torch.compile", "aot_compile")  # these rebuild the model from --model
+BASELINES = ("eager", "torch.compile", "torch.compile dynamic", "aot_compile", "raw")
+MODEL_BASELINES = ("eager", "torch.compile", "torch.compile dynamic", "aot_compile")  # these rebuild the model from --model
 AOT_NOTE = "pickle (AOTCompilePickler); needs the model's class importable"
 
 
@@ -243,15 +250,17 @@ def _run_variants(spec: dict, variants: list, baselines, on_variant) -> list[Res
         if "eager" in baselines:  # a training step: also torch.optim's foreach and fused implementations
             plan += [_Variant(name, spec, baseline=True)
                      for name in ("eager", *(("eager foreach", "eager fused") if spec["train"] else ()))]
-        if "torch.compile" in baselines:
-            # freezing folds weights that training would change: inference only; a training
-            # step also compiles whole, forward, backward and the optimizer's step
-            labels = ("torch.compile", WHOLE_STEP) if spec["train"] else ("torch.compile", "torch.compile freezing")
-            for label in labels:
-                # no space in the path: inductor's compiler command lines would split it
-                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / label.replace(" ", "-")))
-                plan += [_Variant(f"{label} (cold cache)", spec, env, baseline=True, once=True),
-                         _Variant(f"{label} (warm cache)", spec, env, baseline=True)]
+        # freezing folds weights that training would change: inference only; a training
+        # step also compiles whole, forward, backward and the optimizer's step
+        labels = () if "torch.compile" not in baselines else (
+            ("torch.compile", WHOLE_STEP) if spec["train"] else ("torch.compile", "torch.compile freezing"))
+        if "torch.compile dynamic" in baselines and not spec["train"]:
+            labels += (FROZEN_DYNAMIC,)
+        for label in labels:
+            # no space in the path: inductor's compiler command lines would split it
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / label.replace(" ", "-")))
+            plan += [_Variant(f"{label} (cold cache)", spec, env, baseline=True, once=True),
+                     _Variant(f"{label} (warm cache)", spec, env, baseline=True)]
         if "aot_compile" in baselines and not spec.get("regional"):
             plan += _aot_compile_variants(spec, Path(tmp), on_variant)
         for k in range(repeats):

@@ -20,6 +20,7 @@ from pathlib import Path
 from aotc.tools.bench_raw import RAW
 
 WHOLE_STEP = "torch.compile whole step"
+FROZEN_DYNAMIC = "torch.compile freezing dynamic"  # freezing with dynamic=True (bench.py says why)
 # the training baselines' torch.optim implementations: eager's plain row is CPU's default
 OPTIMIZER_IMPL = {"eager foreach": {"foreach": True}, "eager fused": {"fused": True}}
 
@@ -115,7 +116,7 @@ def _model_step(spec: dict, device):
             from aotc import _torch_compat as tc
 
             tc.inductor_freezing_on()  # a process of its own: nothing else compiles here
-            call = torch.compile(model)
+            call = torch.compile(model, dynamic=True if variant.startswith(FROZEN_DYNAMIC) else None)
         elif variant.startswith("torch.compile") and not variant.startswith(WHOLE_STEP):
             call = torch.compile(model)
         elif variant.startswith("aot_compile"):

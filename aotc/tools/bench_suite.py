@@ -60,7 +60,8 @@ def _suite() -> list[SuiteModel]:
 
 SUITE = _suite()
 INFERENCE = ("aotc aoti/cpu", "aoti raw runner", "eager", "torch.compile (warm cache)",
-             "torch.compile freezing (warm cache)")
+             "torch.compile freezing (warm cache)", "torch.compile freezing dynamic (warm cache)")
+RIVALS = INFERENCE[3:]  # torch.compile's variants: aotc is set against the fastest
 
 
 def pick(names: list[str] | None) -> list[SuiteModel]:
@@ -97,7 +98,7 @@ def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int
         say(f"{model.name}: aotc compile")
         row["compile"] = compile_bundle(model, bundle, [])
     for t in threads if inference else []:
-        results = bench(bundle, backends=["aoti"], baselines=("eager", "torch.compile", "raw"), iters=iters,
+        results = bench(bundle, backends=["aoti"], baselines=("eager", "torch.compile", "torch.compile dynamic", "raw"), iters=iters,
                         warmup=max(3, iters // 10), threads=t, repeats=repeats, model=str(model.source),
                         on_variant=lambda v, t=t: say(f"{model.name}: {v} ({t} thread{'s' * (t > 1)})"))
         row["inference"][str(t)] = {r["variant"]: r for r in as_json(results)}
@@ -174,7 +175,7 @@ def versus_best(row: dict, threads: str) -> str:
     """aotc's speed over the fastest torch.compile variant, or "tie" where the two's spreads
     are wider than the margin between them."""
     timed, s = row["inference"].get(threads, {}), speedups(row, threads)
-    rivals = [v for v in ("torch.compile (warm cache)", "torch.compile freezing (warm cache)") if v in s]
+    rivals = [v for v in RIVALS if v in s]
     if "aotc aoti/cpu" not in s or not rivals:
         return "-"
     best = max(rivals, key=s.get)
@@ -220,23 +221,22 @@ PUBLISHED = {"Hugging Face": ((1.15, 1.20), ("text", "audio")), "timm": ((1.37, 
 
 def published_rows(results: dict, threads: str, all_threads: bool) -> list[str]:
     """Table rows: each published suite's figure beside this run's aotc and torch.compile
-    freezing geomeans over the families set against it."""
+    freezing (static and dynamic) geomeans over the families set against it."""
     rows = []
     for suite, (figures, families) in PUBLISHED.items():
         by = {v: [s[v] for r in results.values() if r["family"] in families
                   for s in [speedups(r, threads)] if v in s]
-              for v in ("aotc aoti/cpu", "torch.compile freezing (warm cache)")}
-        aotc, frozen = geomean(by["aotc aoti/cpu"]), geomean(by["torch.compile freezing (warm cache)"])
-        if aotc is None:
+              for v in ("aotc aoti/cpu", *RIVALS[1:])}
+        if not by["aotc aoti/cpu"]:
             continue
         rows.append(f"| {suite} | {', '.join(families)} | {len(by['aotc aoti/cpu'])} | "
-                    f"{figures[1 if all_threads else 0]:.2f}x | {aotc:.2f}x | "
-                    + (f"{frozen:.2f}x |" if frozen else "- |"))
+                    f"{figures[1 if all_threads else 0]:.2f}x | "
+                    + " | ".join(f"{g:.2f}x" if (g := geomean(xs)) else "-" for xs in by.values()) + " |")
     return rows
 
 
 SHORT = {"aotc aoti/cpu": "aotc", "aoti raw runner": "raw", "eager": "eager", "torch.compile (warm cache)": "tc",
-         "torch.compile freezing (warm cache)": "tc freeze"}
+         "torch.compile freezing (warm cache)": "tc freeze", "torch.compile freezing dynamic (warm cache)": "tc freeze dyn"}
 
 
 def report_md(results: dict) -> str:
@@ -248,7 +248,9 @@ def report_md(results: dict) -> str:
              "variant's (k-1)-th); ± is a variant's spread, (slowest - fastest) / median over its processes. "
              "`aotc`: `aotc compile` with no flags, loaded with aotc.load; "
              "`raw`: the same package's own runner; `tc`: torch.compile (warm cache); `tc freeze`: torch.compile "
-             "with inductor's freezing; `aotc vs best tc`: aotc over the faster of the two, a tie where either's "
+             "with inductor's freezing; `tc freeze dyn`: the same with `dynamic=True` (its linears run on oneDNN, "
+             "as an ahead-of-time package's do, not on MKL's packed sgemm: benchmarks/text_codegen.md); "
+             "`aotc vs best tc`: aotc over the fastest of the three, a tie where either's "
              "spread is wider than the margin. Compile: `aotc compile --no-cache` wall time, and torch.compile's "
              "cold-cache first call.", "",
              "Before it is timed, every variant's first call is compared with eager's on the same inputs, within "
@@ -257,8 +259,8 @@ def report_md(results: dict) -> str:
              + (f"**{len(wrong)} WRONG:** " + "; ".join(wrong) if wrong else "None was WRONG in this run."), ""]
     for t in threads:
         lines += [f"## Inference, {t} thread{'s' * (int(t) > 1)}", "",
-                  "| model | family | eager | aotc | raw | tc | tc freeze | aotc vs best tc | aotc compile | tc compile "
-                  "| bundle |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| model | family | eager | aotc | raw | tc | tc freeze | tc freeze dyn | aotc vs best tc | aotc compile "
+                  "| tc compile | bundle |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, row in results.items():
             timed = row["inference"].get(t)
             if not timed:
@@ -270,17 +272,17 @@ def report_md(results: dict) -> str:
             lines.append(f"| {name} | {row['family']} | {eager / 1e3:.2f} ms ±{100 * spread(timed.get('eager')):.0f}% | "
                          + " | ".join(cells) + f" | {versus_best(row, t)} | {row['compile']['compile_s']:.0f} s | "
                          f"{cold:.0f} s | {row['compile']['size_bytes'] / 2**20:.1f} MiB |" if eager and cold
-                         else f"| {name} | {row['family']} | failed | | | | | | | | |")
+                         else f"| {name} | {row['family']} | failed | | | | | | | | | |")
         lines += ["", f"Geomean speedup over eager per family ({t} thread{'s' * (int(t) > 1)}):", "",
-                  "| family | models | aotc | raw | tc | tc freeze |", "|---|---|---|---|---|---|"]
+                  "| family | models | aotc | raw | tc | tc freeze | tc freeze dyn |", "|---|---|---|---|---|---|---|"]
         for family, g in family_geomeans(results, t).items():
             count = sum(1 for r in results.values() if r["family"] == family and t in r["inference"])
             lines.append(f"| {family} | {count} | " + " | ".join(
                 f"{g[v]:.2f}x" if g.get(v) else "-" for v in INFERENCE if v != "eager") + " |")
         every = t == threads[-1] and len(threads) > 1  # the most threads run: this machine's every core
         lines += ["", f"Against inductor's published CPU figures ({'all threads' if every else 'single thread'}):", "",
-                  "| published suite | families here | models | published | aotc | tc freeze |",
-                  "|---|---|---|---|---|---|", *published_rows(results, t, every), "", f"Source: {SOURCE}"]
+                  "| published suite | families here | models | published | aotc | tc freeze | tc freeze dyn |",
+                  "|---|---|---|---|---|---|---|", *published_rows(results, t, every), "", f"Source: {SOURCE}"]
         lines.append("")
     trained = {n: r for n, r in results.items() if r["train"]}
     if trained:
@@ -316,9 +318,12 @@ def report_md(results: dict) -> str:
 
 
 def _cell(speedup: float | None, figures: dict | None) -> str:
-    """A ratio with its variant's spread over processes; WRONG or failed where it has none."""
+    """A ratio with its variant's spread over processes; WRONG or failed where it has none,
+    and "not run" for a variant the row's run did not have (an older suite's row)."""
     if speedup is not None:
         return f"{speedup:.2f}x ±{100 * spread(figures):.0f}%"
+    if figures is None:
+        return "not run"
     return "WRONG" if (figures or {}).get("check", "").startswith("WRONG") else "failed"
 
 
