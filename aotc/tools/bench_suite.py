@@ -98,8 +98,8 @@ def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int
         say(f"{model.name}: aotc compile")
         row["compile"] = compile_bundle(model, bundle, [])
     for t in threads if inference else []:
-        results = bench(bundle, backends=["aoti"], baselines=("eager", "torch.compile", "torch.compile dynamic", "raw"), iters=iters,
-                        warmup=max(3, iters // 10), threads=t, repeats=repeats, model=str(model.source),
+        results = bench(bundle, backends=["aoti"], baselines=("eager", "torch.compile", "torch.compile dynamic", "raw"),
+                        iters=iters, warmup=max(3, iters // 10), threads=t, repeats=repeats, model=str(model.source),
                         on_variant=lambda v, t=t: say(f"{model.name}: {v} ({t} thread{'s' * (t > 1)})"))
         row["inference"][str(t)] = {r["variant"]: r for r in as_json(results)}
     if train and model.train:
@@ -236,7 +236,8 @@ def published_rows(results: dict, threads: str, all_threads: bool) -> list[str]:
 
 
 SHORT = {"aotc aoti/cpu": "aotc", "aoti raw runner": "raw", "eager": "eager", "torch.compile (warm cache)": "tc",
-         "torch.compile freezing (warm cache)": "tc freeze", "torch.compile freezing dynamic (warm cache)": "tc freeze dyn"}
+         "torch.compile freezing (warm cache)": "tc freeze",
+         "torch.compile freezing dynamic (warm cache)": "tc freeze dyn"}
 
 
 def report_md(results: dict) -> str:

@@ -1,0 +1,131 @@
+"""Where the diffusion models' time goes, and how far compiling them can go (issue 48, part 7).
+
+The suite's unet2d_condition and vae_decoder read 1.16x and 1.09x eager for aotc at 1 thread,
+under TorchBench's published 1.29x. For each, at 1 thread, in fresh processes that take
+turns, each checked against eager first:
+
+- eager, aotc (`aotc compile`, weights folded), and torch.compile with freezing, timed;
+- eager's and torch.compile's profiles, the self time of each op sorted into convolution,
+  linear and matmul, attention, normalization, and the rest (for torch.compile, the rest is
+  its generated kernels and wrapper);
+- the ceiling: eager's time over the time torch.compile's oneDNN and attention calls alone
+  take. aotc's package makes the same calls (its wrapper.cpp is counted the same way), so
+  no generated code, however fast, lifts it past that.
+- what was tried beside the default: `aotc compile --freeze` (weights embedded), and
+  channels-last already comes with freezing's layout optimization.
+
+    .venv/bin/python benchmarks/diffusion_profile.py [--models unet2d_condition,vae_decoder] [--rounds 3]
+
+Writes benchmarks/diffusion_profile.{md,json}. About 10 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import suite_variants  # noqa: E402
+
+VARIANTS = ("eager", "aotc", "aotc --freeze", "tc freeze")
+# an op's category by its profiler name (self time; the first pattern that matches)
+CATEGORIES = {
+    "convolution": r"convolution|conv2d|conv_transpose",
+    "linear and matmul": r"aten::(addmm|mm|bmm|baddbmm|linear|matmul)$|_linear_pointwise|_mkl_linear",
+    "attention": r"scaled_dot_product|attention",
+    "normalization": r"group_norm|layer_norm|batch_norm",
+}
+EXTERN_CALLS = {  # what aotc's package calls outside its generated kernels
+    "convolution": r"aoti_torch_cpu_(?:mkldnn_)?_convolution_pointwise\w*\(|aoti_torch_cpu_convolution\w*\(",
+    "linear and matmul": r"aoti_torch_cpu__linear_pointwise\w*\(|aoti_torch_cpu_(?:mm|addmm|bmm|baddbmm)_out\(",
+    "attention": r"aoti_torch_cpu__scaled_dot_product\w*\(",
+}
+
+
+def categorize(profile: dict[str, float]) -> dict[str, float]:
+    """ms per call by category; "the rest" is every other op (and torch.compile's kernels)."""
+    out = {c: 0.0 for c in (*CATEGORIES, "the rest")}
+    for op, ms in profile.items():
+        if op.startswith("ProfilerStep") or "Torch-Compiled Region" in op:
+            continue
+        out[next((c for c, p in CATEGORIES.items() if re.search(p, op)), "the rest")] += ms
+    return {c: round(ms, 2) for c, ms in out.items()}
+
+
+def package_calls(bundle: Path) -> dict[str, int]:
+    with zipfile.ZipFile(bundle / "compiled" / "cpu" / "inference.pt2") as z:
+        code = "\n".join(z.read(n).decode() for n in z.namelist() if n.endswith("wrapper.cpp"))
+    calls = {c: len(re.findall(p, code)) for c, p in EXTERN_CALLS.items()}
+    calls["generated kernels"] = len(set(re.findall(r"\bcpp_fused_\w+_\d+\b", code)))
+    return calls
+
+
+def study(name: str, rounds: int, tmp: Path, say) -> dict:
+    say(f"{name}: aotc compile, and with --freeze")
+    bundles = {"aotc": suite_variants.compile_bundle(name, tmp),
+               "aotc --freeze": suite_variants.compile_bundle(name, tmp / "frozen", "--freeze")}
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for k in range(rounds):
+        for variant in VARIANTS:
+            say(f"{name}: {variant} (process {k + 1} of {rounds})")
+            child = "aotc" if variant.startswith("aotc") else variant
+            runs[variant].append(suite_variants.run(child, name, bundles.get(variant, bundles["aotc"]), tmp,
+                                                    profile=k == 0 and not variant.startswith("aotc")))
+    timed = {v: suite_variants.summary(rs) for v, rs in runs.items()}
+    return {"timed": timed, "calls": package_calls(bundles["aotc"]),
+            "profiles": {v: categorize(t.pop("profile")) for v, t in timed.items() if t.get("profile")}}
+
+
+def report(results: dict) -> str:
+    lines = ["# Diffusion models: where the time goes", "",
+             f"Made by `benchmarks/diffusion_profile.py`, 1 thread, torch {results['torch']}. Each variant's first "
+             "call is checked against eager's output (rtol and atol 1e-3) before it is timed; times are medians "
+             "over fresh processes that take turns, ± their spread.", ""]
+    for name, r in results["models"].items():
+        eager = r["timed"]["eager"]["median_ms"]
+        lines += [f"## {name}", "", "| variant | ms per call | speed over eager | check |", "|---|---|---|---|"]
+        for v, t in r["timed"].items():
+            lines.append(f"| {v} | {t['median_ms']:.2f} ±{100 * t['spread']:.0f}% | {eager / t['median_ms']:.2f}x | "
+                         f"{t['check']} |" if t["median_ms"] else f"| {v} | - | - | {t['check']} |")
+        profiles = r["profiles"]
+        lines += ["", "The profiler's self time, ms per call:", "", "| category | " + " | ".join(profiles) + " |",
+                  "|---|" + "---|" * len(profiles)]
+        for c in (*CATEGORIES, "the rest"):
+            lines.append(f"| {c} | " + " | ".join(f"{p[c]:.2f}" for p in profiles.values()) + " |")
+        compiled = profiles.get("tc freeze")
+        if compiled:
+            floor = sum(compiled[c] for c in EXTERN_CALLS)
+            lines += ["", f"torch.compile with freezing spends {floor:.2f} ms per call in oneDNN's convolutions and "
+                      f"linears and in attention; with its generated kernels taking no time at all it would be "
+                      f"{eager / floor:.2f}x eager. aotc's package makes the same kinds of calls: "
+                      + ", ".join(f"{n} {c}" for c, n in r["calls"].items()) + "."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="unet2d_condition,vae_decoder")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=suite_variants.ROOT / "benchmarks" / "diffusion_profile")
+    a = parser.parse_args()
+    import torch
+
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="aotc-diffusion-") as tmp:
+        results = {"torch": torch.__version__,
+                   "models": {m: study(m, a.rounds, Path(tmp), say) for m in a.models.split(",")}}
+    a.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    a.out.with_suffix(".md").write_text(report(results) + "\n")
+    say(f"wrote {a.out.with_suffix('.md')}")
+    return 1 if any(t["check"].startswith("WRONG") for r in results["models"].values() for t in r["timed"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
