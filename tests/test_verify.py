@@ -133,3 +133,30 @@ def test_verify_reports_progress_per_artifact(sample_bundles):
     assert labels == ["fx", "fx vs eager (sample 1)", "fx vs eager (sample 2)", "done"]
     assert [done for _, done, _ in seen] == [0, 1, 2, 3] and {total for _, _, total in seen} == {3}
     assert {c.artifact for c in report.checks} == set(labels[:-1])
+
+
+class _FullyMaskedRow(torch.nn.Module):
+    """Attention over a row whose keys are all masked: eager's softmax gives NaN there."""
+
+    def forward(self, q, k, mask):
+        return (q @ k.transpose(-1, -2)).masked_fill(mask, float("-inf")).softmax(-1)
+
+
+def test_a_nan_where_eager_has_nan_is_eager_result(tmp_path):
+    import aotc
+    from aotc.tools.verify import compare
+
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    mask = torch.zeros(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = True  # one row with every key masked
+    assert _FullyMaskedRow()(q, k, mask).isnan().any()
+    aotc.export(_FullyMaskedRow(), (q, k, mask), tmp_path / "b")  # export's own replay compares as verify does
+    result = invoke("verify", tmp_path / "b", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    # NaN on one side only is a difference, whatever the tolerance
+    want = torch.tensor([1.0, float("nan"), 3.0])
+    for got, passed in ((want.clone(), True), (torch.tensor([1.0, 2.0, 3.0]), False),
+                        (torch.tensor([float("nan"), float("nan"), 3.0]), False)):
+        [check] = compare("fx", {"output[0]": want}, {"output[0]": got}, {}, (1e-3, 1e-4))
+        assert check.passed is passed, got
+    assert compare("fx", {"output[0]": want}, {"output[0]": want.clone()}, {}, None)[0].max_abs == 0.0

@@ -110,7 +110,7 @@ def _reproduces(group_bundle: Path, module: torch.nn.Module, call: _Call, mode: 
     got, want = pytree.tree_leaves(out), pytree.tree_leaves(call.output)
     return len(got) == len(want) and all(
         isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
-        and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5)
+        and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5, equal_nan=True)
         for g, w in zip(got, want)
     )
 
