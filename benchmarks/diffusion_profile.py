@@ -11,8 +11,9 @@ turns, each checked against eager first:
 - the ceiling: eager's time over the time torch.compile's oneDNN and attention calls alone
   take. aotc's package makes the same calls (its wrapper.cpp is counted the same way), so
   no generated code, however fast, lifts it past that.
-- what was tried beside the default: `aotc compile --freeze` (weights embedded), and
-  channels-last already comes with freezing's layout optimization.
+- what was tried beside the default: `aotc compile --freeze` (weights embedded; freezing's
+  layout optimization already runs the convolutions channels-last), and each attention
+  size written as matmul, softmax and matmul instead of torch's SDPA, timed alone.
 
     .venv/bin/python benchmarks/diffusion_profile.py [--models unet2d_condition,vae_decoder] [--rounds 3]
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -66,6 +68,56 @@ def package_calls(bundle: Path) -> dict[str, int]:
     return calls
 
 
+def attention_calls(source: str) -> list[dict]:
+    """Each attention call's sizes in the model's example call, timed alone (1 thread, median
+    of 20): torch's SDPA, as every variant runs it, and the same attention written as matmul,
+    softmax and matmul, as a compiler would have to generate it."""
+    import collections
+    import runpy
+    import statistics
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)
+    spec = runpy.run_path(source)
+    model = spec["build_model"]()
+    args, kwargs = suite_variants.call_inputs(spec)
+    seen: collections.Counter = collections.Counter()
+    sdpa = F.scaled_dot_product_attention
+
+    def logged(q, k, v, *rest, **options):
+        seen[(tuple(q.shape), tuple(k.shape))] += 1
+        return sdpa(q, k, v, *rest, **options)
+
+    F.scaled_dot_product_attention = logged  # diffusers' attention calls it through F
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        F.scaled_dot_product_attention = sdpa
+
+    def median_ms(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(20):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    rows = []
+    for (q_shape, k_shape), calls in seen.items():
+        q, k, v = torch.randn(q_shape), torch.randn(k_shape), torch.randn(k_shape)
+        decomposed = lambda: (q @ k.transpose(-1, -2) * q_shape[-1] ** -0.5).softmax(-1) @ v  # noqa: E731
+        assert torch.allclose(decomposed(), sdpa(q, k, v), atol=1e-5)
+        rows.append({"query": list(q_shape), "key": list(k_shape), "calls": calls,
+                     "sdpa_ms": round(median_ms(lambda: sdpa(q, k, v)), 2), "decomposed_ms": round(median_ms(decomposed), 2)})
+    return rows
+
+
 def study(name: str, rounds: int, tmp: Path, say) -> dict:
     say(f"{name}: aotc compile, and with --freeze")
     bundles = {"aotc": suite_variants.compile_bundle(name, tmp),
@@ -78,7 +130,11 @@ def study(name: str, rounds: int, tmp: Path, say) -> dict:
             runs[variant].append(suite_variants.run(child, name, bundles.get(variant, bundles["aotc"]), tmp,
                                                     profile=k == 0 and not variant.startswith("aotc")))
     timed = {v: suite_variants.summary(rs) for v, rs in runs.items()}
+    say(f"{name}: attention calls")
+    proc = subprocess.run([sys.executable, __file__, "--attention", str(suite_variants.SUITE / f"{name}.py")],
+                          env=suite_variants.env(tmp), capture_output=True, text=True, check=True)
     return {"timed": timed, "calls": package_calls(bundles["aotc"]),
+            "attention": json.loads(proc.stdout.strip().splitlines()[-1]),
             "profiles": {v: categorize(t.pop("profile")) for v, t in timed.items() if t.get("profile")}}
 
 
@@ -105,11 +161,20 @@ def report(results: dict) -> str:
                       f"linears and in attention; with its generated kernels taking no time at all it would be "
                       f"{eager / floor:.2f}x eager. aotc's package makes the same kinds of calls: "
                       + ", ".join(f"{n} {c}" for c, n in r["calls"].items()) + "."]
+        lines += ["", "Each attention size, alone: torch's SDPA (every variant's) against the same attention "
+                  "as matmul, softmax and matmul:", "",
+                  "| query | key | calls per model call | SDPA | decomposed |", "|---|---|---|---|---|"]
+        for a in r["attention"]:
+            lines.append(f"| {tuple(a['query'])} | {tuple(a['key'])} | {a['calls']} | {a['sdpa_ms']:.2f} ms | "
+                         f"{a['decomposed_ms']:.2f} ms |")
         lines.append("")
     return "\n".join(lines)
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--attention"]:
+        print(json.dumps(attention_calls(sys.argv[2])))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="unet2d_condition,vae_decoder")
     parser.add_argument("--rounds", type=int, default=3)

@@ -62,6 +62,12 @@ def summary(runs: list[dict]) -> dict:
             "profile": next((r["profile"] for r in runs if r.get("profile")), None)}
 
 
+def call_inputs(spec: dict) -> tuple[tuple, dict]:
+    """A suite model file's example inputs as (args, kwargs): it returns args alone, or both."""
+    inputs = spec["example_inputs"]()
+    return inputs if len(inputs) == 2 and isinstance(inputs[1], dict) else (inputs, {})
+
+
 def _first_tensor(out):
     from aotc._torch_compat import pytree
 
@@ -74,8 +80,7 @@ def measure(variant: str, source: str, bundle: str, profile: bool) -> dict:
     torch.set_num_threads(1)
     spec = runpy.run_path(source)
     model = spec["build_model"]()
-    inputs = spec["example_inputs"]()
-    args, kwargs = inputs if len(inputs) == 2 and isinstance(inputs[1], dict) else (inputs, {})
+    args, kwargs = call_inputs(spec)
     with torch.no_grad():
         expected = _first_tensor(model(*args, **kwargs))
     if variant == "aotc":

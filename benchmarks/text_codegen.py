@@ -68,8 +68,7 @@ def gemm_sizes(source: str) -> dict[tuple[int, int, int], int]:
 
     spec = runpy.run_path(source)
     model = spec["build_model"]()
-    inputs = spec["example_inputs"]()
-    args, kwargs = inputs if len(inputs) == 2 and isinstance(inputs[1], dict) else (inputs, {})
+    args, kwargs = suite_variants.call_inputs(spec)
     sizes: collections.Counter = collections.Counter()
 
     def hook(module, inp, _out):

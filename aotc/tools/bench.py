@@ -27,7 +27,7 @@ same hyperparameters). The variants:
   freezing` with `dynamic=True`. Inductor's freezing prepacks a linear's weight for MKL's
   sgemm when its sizes are static, for oneDNN when they are symbolic (and always ahead of
   time, where MKL's packed weights cannot be saved). Which is faster depends on the CPU: on
-  an AMD EPYC, oneDNN's linear is 1.17-1.36x MKL's at BERT's sizes
+  an AMD EPYC, MKL's takes 1.01x to 1.42x oneDNN's time at BERT's and Llama's sizes
   (benchmarks/text_codegen.md). Where the static choice is slower, this is the stronger
   torch.compile baseline;
 - `aot_compile`: torch.compile's own ahead-of-time artifact
@@ -61,7 +61,8 @@ from aotc.tools import bench_check
 from aotc.tools.verify import _golden, artifacts
 
 BASELINES = ("eager", "torch.compile", "torch.compile dynamic", "aot_compile", "raw")
-MODEL_BASELINES = ("eager", "torch.compile", "torch.compile dynamic", "aot_compile")  # these rebuild the model from --model
+# these rebuild the model from --model
+MODEL_BASELINES = ("eager", "torch.compile", "torch.compile dynamic", "aot_compile")
 AOT_NOTE = "pickle (AOTCompilePickler); needs the model's class importable"
 
 

@@ -5,9 +5,10 @@ Each model is a model file in aotc/tools/suite_models (transformers' and diffuse
 classes built from configs, random weights) or one of the repository's sample models.
 For each: `aotc compile` with no flags (timed, with the bundle's size), then `aotc bench`
 on inference at each thread count: aotc's aoti backend, the raw AOTInductor runner, eager,
-torch.compile and torch.compile with freezing (their cold-cache first call is their
-compile time). Training rows add a forward+backward bundle's step and the fused steps of
-joint bundles that carry SGD and AdamW, against eager's same steps. Every variant runs in
+torch.compile, and torch.compile with freezing with static sizes and with `dynamic=True`
+(their cold-cache first call is their compile time; aotc is set against the fastest).
+Training rows add a forward+backward bundle's step and the fused steps of joint bundles
+that carry SGD and AdamW, against eager's same steps. Every variant runs in
 `repeats` fresh processes; figures are medians.
 
 Results go to `<out>/results.json` (a run adds to it model by model, so the suite can be
@@ -229,9 +230,11 @@ def published_rows(results: dict, threads: str, all_threads: bool) -> list[str]:
               for v in ("aotc aoti/cpu", *RIVALS[1:])}
         if not by["aotc aoti/cpu"]:
             continue
-        rows.append(f"| {suite} | {', '.join(families)} | {len(by['aotc aoti/cpu'])} | "
-                    f"{figures[1 if all_threads else 0]:.2f}x | "
-                    + " | ".join(f"{g:.2f}x" if (g := geomean(xs)) else "-" for xs in by.values()) + " |")
+        models = len(by["aotc aoti/cpu"])
+        cells = [f"{geomean(xs):.2f}x" + (f" ({len(xs)} of {models})" if len(xs) < models else "") if xs else "-"
+                 for xs in by.values()]  # a variant an older row never ran is over fewer models: say so
+        rows.append(f"| {suite} | {', '.join(families)} | {models} | {figures[1 if all_threads else 0]:.2f}x | "
+                    + " | ".join(cells) + " |")
     return rows
 
 
