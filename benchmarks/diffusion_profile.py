@@ -22,12 +22,10 @@ Writes benchmarks/diffusion_profile.{md,json}. About 10 minutes on 2 cores.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -175,21 +173,8 @@ def main() -> int:
     if sys.argv[1:2] == ["--attention"]:
         print(json.dumps(attention_calls(sys.argv[2])))
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="unet2d_condition,vae_decoder")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=suite_variants.ROOT / "benchmarks" / "diffusion_profile")
-    a = parser.parse_args()
-    import torch
-
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    with tempfile.TemporaryDirectory(prefix="aotc-diffusion-") as tmp:
-        results = {"torch": torch.__version__,
-                   "models": {m: study(m, a.rounds, Path(tmp), say) for m in a.models.split(",")}}
-    a.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-    a.out.with_suffix(".md").write_text(report(results) + "\n")
-    say(f"wrote {a.out.with_suffix('.md')}")
-    return 1 if any(t["check"].startswith("WRONG") for r in results["models"].values() for t in r["timed"].values()) else 0
+    return suite_variants.main(__doc__.split("\n\n")[0], "unet2d_condition,vae_decoder",
+                               suite_variants.ROOT / "benchmarks" / "diffusion_profile", study, report)
 
 
 if __name__ == "__main__":

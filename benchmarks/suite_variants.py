@@ -68,6 +68,30 @@ def call_inputs(spec: dict) -> tuple[tuple, dict]:
     return inputs if len(inputs) == 2 and isinstance(inputs[1], dict) else (inputs, {})
 
 
+def main(description: str, default_models: str, out: Path, study, report) -> int:
+    """A profiling benchmark's command line: `study(name, rounds, tmp, say)` for each model,
+    in fresh processes with caches in one temporary folder; writes OUT.json and OUT.md
+    (`report(results)`); 1 where a variant's output was WRONG."""
+    import argparse
+    import tempfile
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--models", default=default_models)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=out)
+    a = parser.parse_args()
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix=f"aotc-{out.name}-") as tmp:
+        results = {"torch": torch.__version__,
+                   "models": {m: study(m, a.rounds, Path(tmp), say) for m in a.models.split(",")}}
+    a.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    a.out.with_suffix(".md").write_text(report(results) + "\n")
+    say(f"wrote {a.out.with_suffix('.md')}")
+    return int(any(t["check"].startswith("WRONG") for r in results["models"].values() for t in r["timed"].values()))
+
+
 def _first_tensor(out):
     from aotc._torch_compat import pytree
 

@@ -19,7 +19,6 @@ Writes benchmarks/text_codegen.{md,json}. About 5 minutes on 2 cores.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import platform
@@ -27,7 +26,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -205,23 +203,9 @@ def main() -> None:
     if sys.argv[1:2] == ["--gemms"]:
         print(json.dumps(time_gemms(gemm_sizes(sys.argv[2]))))
         return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="bert,llama")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=suite_variants.ROOT / "benchmarks" / "text_codegen")
-    a = parser.parse_args()
-    import torch
-
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    with tempfile.TemporaryDirectory(prefix="aotc-text-codegen-") as tmp:
-        results = {"torch": torch.__version__,
-                   "models": {m: study(m, a.rounds, Path(tmp), say) for m in a.models.split(",")}}
-    a.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-    a.out.with_suffix(".md").write_text(report(results, _cpu()) + "\n")
-    say(f"wrote {a.out.with_suffix('.md')}")
-    wrong = [f"{m} {v}" for m, r in results["models"].items() for v, t in r["timed"].items()
-             if t["check"].startswith("WRONG")]
-    sys.exit(1 if wrong else 0)
+    sys.exit(suite_variants.main(__doc__.split("\n\n")[0], "bert,llama",
+                                 suite_variants.ROOT / "benchmarks" / "text_codegen", study,
+                                 lambda results: report(results, _cpu())))
 
 
 if __name__ == "__main__":
