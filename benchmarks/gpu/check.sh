@@ -19,6 +19,11 @@ SITE=/tmp/aotc-site
 DEPS=/tmp/aotc-debs
 rm -rf "$WORK" && mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/aotc-inductor AOTC_CACHE_DIR=/tmp/aotc-cache
+# The image sets CXX=/opt/gcc/bin/g++, a wrapper script around its g++ 13. On the H200 (2026-11-27)
+# every AOTInductor package built through it crashed torch's own loader (aoti_load_package:
+# a segfault in load_pt2), and bert's inference graph did not compile at all; the same Linear
+# built with /usr/bin/g++ loaded and matched eager. Inductor takes $CXX when it is set.
+export CXX=$(command -v g++) CC=$(command -v gcc)
 elapsed() { echo $(( $(date +%s) - START )); }
 log() { echo "[gpu-check $(elapsed)s] $*" | tee -a "$WORK/steps.log"; }
 
