@@ -125,6 +125,36 @@ def test_a_cell_is_stale_when_the_code_it_ran_on_differs():
     assert not same_code("?", "1ecf5ed")
 
 
+def test_a_resumed_sweep_goes_on_from_the_committed_records(tmp_path):
+    """build/ does not outlive a checkout: --resume starts from coverage.json's records and
+    runs only what they lack, or what other code ran (--stale)."""
+    from benchmarks.sweep.run import Planned, missing, seed
+
+    cols = ("fx", "onnx")
+    ran = Planned("transformers/a/base", "transformers", "a", "base", "main", cols, True)
+    half = Planned("transformers/b/base", "transformers", "b", "base", "main", cols, True)
+    new = Planned("transformers/c/base", "transformers", "c", "base", "main", cols, True)
+    cell = {"status": "pass", "detail": "", "seconds": 1.0, "commit": "e41596c"}
+    record = {"library": "transformers", "head": "base", "eager": "ok", "running": None}
+    data = tmp_path / "coverage.json"
+    data.write_text(json.dumps({"cases": [
+        {**record, "name": ran.name, "family": "a", "columns": {"fx": cell, "onnx": cell}},
+        {**record, "name": half.name, "family": "b", "columns": {"fx": cell}},
+        {**record, "name": "transformers/unplanned/base", "family": "unplanned", "columns": {}}]}))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "transformers__b__base.json").write_text(json.dumps({**record, "name": half.name, "columns": {}}))
+
+    assert seed([ran, half, new], results, data) == 1  # b's own result is newer than the committed one
+    assert missing(ran, results) is None
+    assert missing(half, results).columns == cols
+    assert missing(new, results) == new
+    known = subprocess.run(["git", "cat-file", "-e", "e41596c^{commit}"], cwd=ROOT, capture_output=True)
+    if known.returncode == 0:  # a clone with the history: 408221d changed flat_programs since
+        assert missing(ran, results, commit="408221d").columns == cols
+    assert seed([ran, half, new], results, tmp_path / "absent.json") == 0
+
+
 def test_a_slice_of_the_sweep(tmp_path):
     results = tmp_path / "results"
     proc = subprocess.run(

@@ -11,6 +11,9 @@ is built for that torch).
 
 Results: build/sweep/results/<case>.json per case (kept for --resume), then the table
 (docs/coverage.md) and its data (benchmarks/sweep/coverage.json) from every result there.
+build/ does not outlive a checkout, and the whole sweep takes longer than one session: with
+--resume, a case with no result there starts from its record in the committed coverage.json,
+so each session's part, committed with its table, is where the next one goes on.
 Exit status 1 if any row is WRONG, crashes aotc, or is taken by torch.export and not by aotc fx
 without a pinned reason (benchmarks/sweep/pinned.py).
 """
@@ -146,6 +149,22 @@ def same_code(ran: str, now: str) -> bool:
     return diff.returncode == 0
 
 
+def seed(planned: list[Planned], results: Path, data: Path) -> int:
+    """Write the records `data` (a committed coverage.json) holds for planned cases that have
+    no result in `results`; how many. Each column keeps the commit it ran under, so --stale
+    still runs again what other code ran."""
+    if not data.exists():
+        return 0
+    names = {p.name for p in planned}
+    seeded = 0
+    for record in json.loads(data.read_text())["cases"]:
+        path = result_path(results, record["name"])
+        if record["name"] in names and not path.exists():
+            path.write_text(json.dumps(record, indent=1))
+            seeded += 1
+    return seeded
+
+
 def _read(p: Planned, results: Path) -> dict | None:
     path = result_path(results, p.name)
     return json.loads(path.read_text()) if path.exists() else None
@@ -233,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip:
         skip = set(args.skip.split(","))
         planned = [dataclasses.replace(p, columns=tuple(c for c in p.columns if c not in skip)) for p in planned]
+    if args.resume:
+        from benchmarks.sweep.table import DATA
+
+        print(f"sweep: {seed(planned, results, DATA)} results taken from {DATA.relative_to(ROOT)}", flush=True)
     commit = current_commit() if args.stale else None
     todo = [] if args.table_only else [p for p in (missing(p, results, commit) if args.resume else p for p in planned) if p]
     # every family's representative first: a run stopped early has covered the most architectures
