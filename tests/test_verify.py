@@ -160,3 +160,8 @@ def test_a_nan_where_eager_has_nan_is_eager_result(tmp_path):
         [check] = compare("fx", {"output[0]": want}, {"output[0]": got}, {}, (1e-3, 1e-4))
         assert check.passed is passed, got
     assert compare("fx", {"output[0]": want}, {"output[0]": want.clone()}, {}, None)[0].max_abs == 0.0
+    # the same infinity is no difference either (inf - inf is NaN); an infinity on one side is
+    inf = torch.tensor([1.0, float("inf"), -float("inf")])
+    assert compare("fx", {"output[0]": inf}, {"output[0]": inf.clone()}, {}, None)[0].max_abs == 0.0
+    [check] = compare("fx", {"output[0]": inf}, {"output[0]": inf.flip(0)}, {}, None)
+    assert not check.passed and check.max_abs == float("inf")

@@ -176,9 +176,9 @@ def compare(artifact: str, expected: Tensors, actual: Tensors, tolerances: dict,
             checks.append(Check(artifact, name, float("nan"), float("nan"), rtol, atol, False, note))
             continue
         got, want = _wide(got), _wide(want)
-        # a NaN where eager has NaN is eager's result (a fully masked softmax row gives one);
-        # a NaN on one side only stays a difference of NaN, which no tolerance passes
-        diff = (got - want).abs().masked_fill(got.isnan() & want.isnan(), 0.0)
+        # a NaN where eager has NaN (a fully masked softmax row) or the same infinity is eager's
+        # result; a NaN on one side only stays a difference of NaN, which no tolerance passes
+        diff = (got - want).abs().masked_fill((got.isnan() & want.isnan()) | (got == want), 0.0)
         max_abs = diff.max().item() if diff.numel() else 0.0
         max_rel = (diff / want.abs().nan_to_num(1.0).clamp_min(1e-12)).max().item() if diff.numel() else 0.0
         passed = bool(torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True).all())
