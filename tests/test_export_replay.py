@@ -254,3 +254,30 @@ def test_group_norm_of_channels_last_then_view(tmp_path, graphs):
     loaded = aotc.load(bundle, backend="fx", mode="train" if "backward" in graphs else "eval")
     torch.testing.assert_close(loaded(x), model(x))
     assert aotc.verify(bundle).ok
+
+
+class _DeadDraw(torch.nn.Module):
+    """A dropout whose result nothing uses before one that counts (LiLT's last layer drops
+    out its layout stream, which the model does not return): eager draws both masks."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        self.drop(x * 2)
+        return self.drop(self.lin(x))
+
+
+@pytest.mark.parametrize("graphs", [("inference",), ("forward", "backward"), ("joint",)])
+def test_a_random_draw_nothing_uses_stays_in_the_graph(tmp_path, graphs):
+    """Traced, FX's dead-code elimination took the unused dropout for pure and dropped it, so
+    the graph's one dropout drew the mask eager drew first, and export's replay refused the
+    bundle. Both draws stay, in eager's order."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, requires_grad=graphs != ("inference",))
+    loss = (lambda out, x: out.square().sum()) if graphs == ("joint",) else None
+    bundle = aotc.export(_DeadDraw().train(), (x,), tmp_path / "b", graphs=graphs, loss=loss, train=True)
+    code = "".join(p.read_text() for p in (bundle.path / "graphs").glob("*.py"))
+    assert code.count("= torch.ops.aten.native_dropout.default(") == 2, code

@@ -338,7 +338,7 @@ def mark_optimizer_stepped(optimizer) -> None:
 
 
 # torch's tracing kernels, as eager runs them, in a module of their own (imported by name here)
-from aotc._torch_compat.kernels import eager_dropout, eager_rnn  # noqa: E402
+from aotc._torch_compat.kernels import eager_dropout, eager_rnn, random_draws_kept  # noqa: E402
 
 # AOTInductor and inductor's freezing, in a module of their own (imported by name here)
 from aotc._torch_compat.inductor import (  # noqa: E402

@@ -1,6 +1,7 @@
 """torch's tracing kernels that aotc replaces while it captures, so a graph does what eager
 does: part of aotc._torch_compat (which re-exports every name), in a module of their own
-because they are one concern: the decompositions torch traces dropout and RNNs with.
+because they are one concern: the decompositions torch traces dropout and RNNs with, and
+which random draws the traced graphs keep.
 """
 
 from __future__ import annotations
@@ -9,6 +10,19 @@ import contextlib
 
 import torch
 from torch._C import DispatchKey
+
+
+@contextlib.contextmanager
+def random_draws_kept():
+    """Keep every random op in the traced graphs, its result used or not. Inside a tracing
+    context, FX's dead-code elimination takes random ops for pure unless inductor's
+    fallback_random is on (torch/fx/graph.py). A dropout whose result nothing uses (the
+    layout stream of LiLT's last layer) then left the joint graph, while eager still draws
+    its mask: every later dropout in the graph drew another mask than eager's."""
+    import torch._inductor.config as inductor_config  # a config module: imports no compiler
+
+    with inductor_config.patch(fallback_random=True):
+        yield
 
 
 @contextlib.contextmanager

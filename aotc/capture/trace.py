@@ -63,6 +63,7 @@ def aot_capture(model, gm, f_args, f_kwargs, options: CaptureOptions, subclass_p
             stack.enter_context(tc.fake_mode_tracing(program))  # no input to find torch.export's fake mode by
         stack.enter_context(tc.eager_dropout())
         stack.enter_context(tc.eager_rnn())
+        stack.enter_context(tc.random_draws_kept())
         if isinstance(model, torch.nn.Module):
             stack.enter_context(attributes_restored(model))
         try:
