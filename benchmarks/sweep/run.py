@@ -151,9 +151,11 @@ def same_code(ran: str, now: str) -> bool:
 
 def seed(planned: list[Planned], results: Path, data: Path) -> int:
     """Write the records `data` (a committed coverage.json) holds for planned cases that have
-    no result in `results`; how many. Each column keeps the commit it ran under, so --stale
-    still runs again what other code ran."""
-    if not data.exists():
+    no result in `results`, once per results folder (a result deleted after that runs again);
+    how many. Each column keeps the commit it ran under, so --stale still runs again what
+    other code ran."""
+    stamp = results / ".seeded"
+    if not data.exists() or stamp.exists():
         return 0
     names = {p.name for p in planned}
     seeded = 0
@@ -162,6 +164,7 @@ def seed(planned: list[Planned], results: Path, data: Path) -> int:
         if record["name"] in names and not path.exists():
             path.write_text(json.dumps(record, indent=1))
             seeded += 1
+    stamp.write_text(f"{data.name} {time.strftime('%Y-%m-%d %H:%M')}\n")
     return seeded
 
 
