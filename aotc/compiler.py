@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from aotc.bundle.files import Bundle
+from aotc.errors import InputError
+from aotc.exporters.aoti_profiles import PROFILED_KINDS
 from aotc.exporters.formats import BuildOptions, GraphCallback, add_artifacts
+from aotc.profiles import bundle_dims
+from aotc.profiles import parse as parse_profiles
 from aotc.runtime.regional import is_regional, update_groups
 
 
@@ -35,13 +39,17 @@ class CompileOptions:
     reused, how CPU inference graphs get their weights: compiled frozen, the weights folded
     in at load and again whenever they change (`fold`, the default), kept as graph inputs
     (`fold=False`), or embedded in the package (`freeze`: no folding at load and a package
-    that runs without aotc, but the loaded module refuses new weights); and a callback
-    told each graph as it starts and ends: on_graph(kind, device, "start" | "compiled" | "cached")."""
+    that runs without aotc, but the loaded module refuses new weights); shape `profiles`
+    (aotc.profiles: "x:0=1", "x:0=2..16"), each compiled into a package of its own beside the
+    generic one (`generic=False`: profiles alone); and a callback told each graph as it
+    starts and ends: on_graph(kind, device, "start" | "compiled" | "cached")."""
 
     cache_dir: str | Path | None = None
     use_cache: bool = True
     freeze: bool = False
     fold: bool = True
+    profiles: tuple[str, ...] = ()
+    generic: bool = True
     on_graph: GraphCallback | None = None
 
 
@@ -68,4 +76,13 @@ def compile(path: str | Path, devices=("cpu",), *, options: CompileOptions | Non
         if o.on_graph:
             o.on_graph(kind, device, "compiled" if event == "built" else event)
 
-    return add_artifacts(path, "aoti", devices, options=build, on_graph=report)
+    bundle = Bundle.open(path)
+    if not o.generic and not o.profiles:
+        raise InputError("generic=False (--no-generic) leaves only the shape profiles' packages, and no profile "
+                         "was given: add --profile DIM=LO..HI.")
+    profiles = parse_profiles(list(o.profiles), bundle_dims(bundle), f"bundle '{bundle.path}'")
+    others = [k for k in bundle.graph_kinds if k not in PROFILED_KINDS]
+    if profiles and others:
+        raise InputError(f"bundle '{bundle.path}' has {', '.join(others)} graphs, which cannot be compiled for shape "
+                         f"profiles yet (profiles take {', '.join(PROFILED_KINDS)} graphs). Compile it without --profile.")
+    return add_artifacts(path, "aoti", devices, options=build, on_graph=report, profiles=profiles, generic=o.generic)

@@ -43,12 +43,17 @@ def _is_bundle(target: str) -> bool:
 @click.option("--freeze", is_flag=True,
               help="Embed the folded weights in the inference graphs' packages (no folding at load; the loaded "
                    "module then refuses new weights).")
+@click.option("--profile", "profiles", multiple=True, metavar="DIM=LO..HI",
+              help="A shape profile: one more package per graph, compiled for these sizes alone (repeatable; "
+                   "DIM is INPUT:INDEX or a dim symbol; several dims: x:0=1,x:1=2..64).")
+@click.option("--no-generic", is_flag=True,
+              help="With --profile: no package for every size; a call outside every profile is refused.")
 @exports
 @json_option
 @debug_option
 @handles_errors
 def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | None, no_cache: bool, no_fold: bool,
-                    freeze: bool,
+                    freeze: bool, profiles: tuple[str, ...], no_generic: bool,
                     export: ExportOptions, as_json: bool, debug: bool):
     """Compile every graph of a bundle with AOTInductor, for each --device.
 
@@ -62,6 +67,7 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
       aotc compile sample_models/mlp.py --autograd -o bundles/mlp-fb
       aotc compile bundles/mlp --device cuda
       aotc compile bundles/resnet18 --freeze
+      aotc compile bundles/mlp --profile x:0=1 --profile x:0=2..16
     """
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -103,12 +109,14 @@ def compile_command(target: str, devices: tuple[str, ...], cache_dir: Path | Non
                 tasks[(kind, device)] = (task, time.perf_counter())
                 return
             task, t0 = tasks[(kind, device)]
-            graph_times[f"{device}/{kind}"] = time.perf_counter() - t0
+            key = f"{device}/{kind}"  # a graph compiled for shape profiles has one package each
+            n = sum(k.split(" ")[0] == key for k in graph_times)
+            graph_times[key + (f" #{n + 1}" if n else "")] = time.perf_counter() - t0
             note = "cached" if event == "cached" else "compiled"
             progress.update(task, completed=1, description=f"{note} {kind} ({device})")
 
         options = CompileOptions(cache_dir=cache_dir, use_cache=not no_cache, freeze=freeze, fold=not no_fold,
-                                  on_graph=on_graph)
+                                 profiles=profiles, generic=not no_generic, on_graph=on_graph)
         bundle = compile_bundle(bundle_path, devices=devices, options=options)
     total = time.perf_counter() - started
     note_signature_dropped(out, was_signed, "compiling")

@@ -26,6 +26,7 @@ from aotc.contract.aliasing import StrideGuard
 from aotc.contract.randomness import random_ops
 from aotc.errors import AotcError, BundleError
 from aotc.exporters import aoti_updates
+from aotc.exporters.aoti_profiles import ProfiledGraph, parse_build, size_checks
 from aotc.exporters.aoti_cache import compile_cached, compile_graph, compile_options
 from aotc.exporters.aoti_frozen import (
     FREEZABLE,
@@ -49,6 +50,12 @@ def artifact_path(kind: str, device: str) -> str:
     return f"compiled/{device}/{kind}.pt2"
 
 
+def profile_path(kind: str, device: str, k: int) -> str:
+    """The package of shape profile `k` (aotc.profiles), in the order compile was given them
+    (its stem names the archive's folder, which holds letters, digits and '_' alone)."""
+    return f"compiled/{device}/{kind}_p{k}.pt2"
+
+
 def build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """`_build`'s package, its fingerprint naming the random ops the graph draws ("none"
     when it draws none): a CUDA-graph replay refuses those (aotc.runtime.cuda_graphs), and
@@ -66,13 +73,13 @@ def _build(bundle, kind: str, device: torch.device, target: Path, options: Build
     updating them in place (exporters/aoti_updates.py)."""
     cache = options.cache_dir if options.use_cache else None
     if options.freeze and kind in FREEZABLE:
-        return build_frozen(bundle, kind, device, target, cache)
+        return build_frozen(bundle, kind, device, target, cache, options.profile)
     not_folded = None
     if options.fold and kind in FREEZABLE and device.type == "cpu":
         not_folded = updated_buffers(bundle, kind) or small_linears_only(bundle, kind)
         if not not_folded:
             try:
-                return build_folded(bundle, kind, device, target, cache)
+                return build_folded(bundle, kind, device, target, cache, options.profile)
             except (FoldError, AotcError) as e:  # freezing this graph failed: weights stay inputs
                 not_folded = str(e).strip().splitlines()[0][:300]
     configs = compile_options(device)
@@ -84,7 +91,7 @@ def _build(bundle, kind: str, device: torch.device, target: Path, options: Build
         compile_graph(program, example_inputs, path, configs)
 
     key = {**configs, "updates": aoti_updates.IN_PLACE} if updates is not None else configs
-    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_fn, key)
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_fn, key, options.profile)
     if updates is not None:
         fingerprint = {**fingerprint, "updates": aoti_updates.IN_PLACE}
     if not_folded:
@@ -130,15 +137,35 @@ def input_layouts(bundle, kind: str) -> list | None:
     ]
 
 
-def load_graph(bundle, kind: str, device: torch.device, cuda_graphs=None) -> CompiledGraph:
-    """The compiled graph, loaded only after its archive members and hash check out.
+def load_graph(bundle, kind: str, device: torch.device, cuda_graphs=None) -> CompiledGraph | ProfiledGraph:
+    """The compiled graph: its package, or where it was compiled for shape profiles, each
+    profile's package and the generic one if any, picked per call by the inputs' sizes."""
+    profiled = sorted((f for f in bundle.manifest.files if f.kind == FILE_KIND and f.graph == kind
+                       and f.device == device.type and f.path != artifact_path(kind, device.type)),
+                      key=lambda f: int(f.path.removesuffix(".pt2").rsplit("_p", 1)[1]))
+    if not profiled:
+        return _load_package(bundle, kind, device, artifact_path(kind, device.type), cuda_graphs)
+    generic = bundle.manifest.file(artifact_path(kind, device.type))
+    graphs = []
+    for entry in profiled:
+        ranges = parse_build((entry.build or {}).get("profile", ""))
+        graphs.append((size_checks(bundle, kind, ranges), _load_package(bundle, kind, device, entry.path, cuda_graphs)))
+    names = ", ".join(entry.build["profile"] for entry in profiled)
+    refusal = (f"the sizes of this call lie in no shape profile of the {kind} graph of bundle '{bundle.path}' "
+               f"({names}), which was compiled without the package for every size (--no-generic). Call it with "
+               f"sizes in a profile, or compile it again with the generic package (aotc compile {bundle.path})")
+    fallback = _load_package(bundle, kind, device, generic.path, cuda_graphs) if generic else None
+    return ProfiledGraph(graphs, fallback, refusal)
+
+
+def _load_package(bundle, kind: str, device: torch.device, rel: str, cuda_graphs=None) -> CompiledGraph:
+    """One compiled package, loaded only after its archive members and hash check out.
 
     A compiled package is native code: it is hashed once more right before loading, and
     whatever the loader extracted is removed when the load fails (and when the graph is
     garbage collected). `cuda_graphs` (aotc.runtime.cuda_graphs.CudaGraphOptions): the
     package's runs are recorded as CUDA graphs and replayed."""
 
-    rel = artifact_path(kind, device.type)
     entry = bundle.manifest.file(rel)
     if entry is None:
         have = sorted({f.device for f in bundle.manifest.files if f.kind == "compiled"})
@@ -212,4 +239,6 @@ def drawn_random(bundle, kind: str, device: torch.device) -> list[str]:
 
 
 def has_artifacts(bundle, device: torch.device) -> bool:
-    return all(bundle.manifest.file(artifact_path(k, device.type)) is not None for k in bundle.graph_kinds)
+    """Whether every graph has a package for `device` (the generic one, or profiles' alone)."""
+    have = {f.graph for f in bundle.manifest.files if f.kind == FILE_KIND and f.device == device.type}
+    return set(bundle.graph_kinds) <= have

@@ -24,7 +24,9 @@ from aotc.bundle.files import Bundle
 from aotc.bundle.fingerprint import build_fingerprint, cpu_flags
 from aotc.contract.aliasing import StrideGuard, dense_strides
 from aotc.errors import AotcError
+from aotc.exporters import aoti_profiles
 from aotc.exporters.graph_inputs import example_graph_inputs
+from aotc.profiles import Profile
 
 
 def graph_content_hash(path: Path) -> str:
@@ -120,10 +122,13 @@ def check_layouts_static(bundle: Bundle, kind: str) -> None:
 
 
 def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path, cache: Path | None,
-                   compile_graph, options: dict) -> tuple[dict, bool]:
+                   compile_graph, options: dict, profile: Profile | None = None) -> tuple[dict, bool]:
     """Compile one graph into `target` with `compile_graph(program, example_inputs, target)`,
-    or copy an identical earlier result from `cache`; returns (fingerprint, cached)."""
+    or copy an identical earlier result from `cache`; returns (fingerprint, cached). With
+    `profile`, the graph is narrowed to its sizes first (exporters/aoti_profiles.py)."""
     check_layouts_static(bundle, kind)
+    if profile is not None:
+        options = {**options, "profile": profile.as_build()}
     key = cache_key(graph_content_hash(bundle.graph_path(kind)), kind, device, options)
     if cache is not None:
         cached, meta = cache / f"{key}.pt2", cache / f"{key}.json"
@@ -135,8 +140,12 @@ def compile_cached(bundle: Bundle, kind: str, device: torch.device, target: Path
     if device.type != "cpu":
 
         program = move_to_device_pass(program, device)
-    compile_graph(program, example_graph_inputs(bundle, kind, device), target)
-    fingerprint = build_fingerprint(device)
+    sizes = aoti_profiles.example_sizes(bundle, profile) if profile is not None else None
+    examples = example_graph_inputs(bundle, kind, device, sizes)
+    if profile is not None:
+        program = aoti_profiles.narrowed(bundle, kind, program, profile, examples)
+    compile_graph(program, examples, target)
+    fingerprint = build_fingerprint(device) | ({"profile": profile.as_build()} if profile is not None else {})
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
         # write-then-rename: a concurrent or interrupted compile never leaves half an entry

@@ -55,7 +55,8 @@ FREEZABLE = ("inference", "prefill", "decode")  # graphs that never train their 
 STATE = ("parameter", "buffer", "constant")
 
 
-def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> Built:
+def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: Path | None,
+                 profile=None) -> Built:
     """The graph compiled frozen, without its constants, and the fold program that makes
     them from the weights written into the package; the compile is checked by running
     the program on the bundle's weights, which must give the constants freezing made."""
@@ -74,7 +75,7 @@ def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: P
         write_into(package_path, fold)
 
     key_options = {**FOLDED_OPTIONS, "fold_format": FOLD_VERSION}
-    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_folded, key_options)
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_folded, key_options, profile)
     return Built({**fingerprint, "weights": "folded", "prepacked": str(prepacked_calls(target))}, cached)
 
 
@@ -122,7 +123,8 @@ def constant_names(package: Path) -> list[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def build_frozen(bundle, kind: str, device: torch.device, target: Path, cache: Path | None) -> Built:
+def build_frozen(bundle, kind: str, device: torch.device, target: Path, cache: Path | None,
+                 profile=None) -> Built:
     """The graph compiled with its weights embedded (aotc compile --freeze)."""
     check_freezable(bundle, kind)
     signature = bundle.signature.graphs[kind]
@@ -137,7 +139,7 @@ def build_frozen(bundle, kind: str, device: torch.device, target: Path, cache: P
     # the package holds the weights: a cached one is reused only for the same weights
     weights = [f.sha256 for f in bundle.manifest.files if f.kind == "weights"]
     key_options = {**FROZEN_OPTIONS, "weights": weights}
-    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_frozen, key_options)
+    fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_frozen, key_options, profile)
     return Built({**fingerprint, "frozen": "true", "prepacked": str(prepacked_calls(target))}, cached)
 
 

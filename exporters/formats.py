@@ -11,6 +11,7 @@ built from a bundle's fx graphs by `add_artifacts`, which updates the bundle ato
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from aotc.bundle.files import Bundle, BundleWriter, update_bundle
 from aotc.devices import resolve_device, with_index
 from aotc.errors import AotcError
+from aotc.profiles import Profile
 
 if TYPE_CHECKING:
     import torch
@@ -36,13 +38,15 @@ GraphCallback = Callable[[str, str, str], None]
 class BuildOptions:
     """What a build may be asked for: an ONNX opset, where compiled results are cached,
     whether CPU inference graphs are compiled frozen with the weights folded at load
-    (`fold`, the default) or with the weights embedded (`freeze`) (aoti)."""
+    (`fold`, the default) or with the weights embedded (`freeze`) (aoti), and the shape
+    profile (aotc.profiles) a package is compiled for, if any (aoti)."""
 
     opset: int | None = None
     cache_dir: Path | None = None
     use_cache: bool = True
     freeze: bool = False
     fold: bool = True
+    profile: Profile | None = None
 
 
 @dataclass(frozen=True)
@@ -109,26 +113,38 @@ def get(name: str) -> Format:
 
 
 def add_artifacts(path: str | Path, name: str, devices: Sequence[str] = ("cpu",), kinds: Sequence[str] | None = None,
-                  options: BuildOptions = BuildOptions(), on_graph: GraphCallback | None = None) -> Bundle:
+                  options: BuildOptions = BuildOptions(), on_graph: GraphCallback | None = None,
+                  profiles: Sequence[Profile] = (), generic: bool = True) -> Bundle:
     """Build format `name` for every graph (or `kinds`) of the bundle at `path` and each
     device, replacing earlier artifacts of it; returns the reopened bundle. The bundle
-    is updated atomically: a failed build leaves it as it was."""
+    is updated atomically: a failed build leaves it as it was. `profiles` (aoti): one more
+    package per graph, device and shape profile; `generic=False` leaves out the package
+    for every size."""
 
     fmt = get(name)
     bundle = Bundle.open(path)
     targets = [with_index(resolve_device(d)) for d in devices]
     kinds = list(kinds or bundle.graph_kinds)
 
+    def jobs(kind: str, device) -> list[tuple[str, BuildOptions]]:
+        plain = [(fmt.artifact_path(kind, device.type), options)] if generic else []
+        return plain + [(fmt.profile_path(kind, device.type, k), dataclasses.replace(options, profile=p))
+                        for k, p in enumerate(profiles)]
+
     def add(writer: BundleWriter) -> None:
         for device in targets:
             for kind in kinds:
-                rel = fmt.artifact_path(kind, device.type)
-                if on_graph:
-                    on_graph(kind, device.type, "start")
-                built = fmt.build(bundle, kind, device, writer.path(rel), options)
-                writer.add(rel, fmt.FILE_KIND, graph=kind, device=device.type, build=built.build)
-                if on_graph:
-                    on_graph(kind, device.type, "cached" if built.cached else "built")
+                for rel, opts in jobs(kind, device):
+                    if on_graph:
+                        on_graph(kind, device.type, "start")
+                    built = fmt.build(bundle, kind, device, writer.path(rel), opts)
+                    writer.add(rel, fmt.FILE_KIND, graph=kind, device=device.type, build=built.build)
+                    if on_graph:
+                        on_graph(kind, device.type, "cached" if built.cached else "built")
 
-    replaced = {fmt.artifact_path(k, d.type) for d in targets for k in kinds}
+    # every earlier artifact of these graphs and devices, profiles' included
+    devices_built = {d.type for d in targets}
+    replaced = {fmt.artifact_path(k, d.type) for d in targets for k in kinds} | {
+        f.path for f in bundle.manifest.files
+        if f.kind == fmt.FILE_KIND and f.graph in kinds and f.device in devices_built}
     return update_bundle(bundle, add, replaced)

@@ -11,13 +11,14 @@ from aotc.contract.outputs import load_spec
 from aotc.runtime.inputs import random_inputs
 
 
-def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device) -> list:
-    """Inputs for one graph, shaped like the export's: weights from the bundle, random user
-    inputs, and for the backward graph real saved activations from running the forward."""
+def example_graph_inputs(bundle: Bundle, kind: str, device: torch.device, sizes: dict[str, int] | None = None) -> list:
+    """Inputs for one graph, shaped like the export's (or with `sizes`: dim symbol -> size):
+    weights from the bundle, random user inputs, and for the backward graph real saved
+    activations from running the forward."""
 
     weights = bundle.weights()
     in_spec = load_spec(bundle.signature.in_spec)
-    user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0))
+    user = pytree.tree_leaves(random_inputs(bundle.metadata, in_spec, seed=0, sizes=sizes))
     # a graph with static user inputs where the bundle's are dynamic (decode) gets them cut to size
     program = bundle.metadata.programs.get("forward" if kind == "backward" else kind)
     fixed = {i.name: i.tensor.shape for i in program.inputs if i.kind == "user_input" and i.tensor

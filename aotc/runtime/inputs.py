@@ -199,17 +199,21 @@ def build_guard(program: ProgramMeta, user_inputs: list[UserInput]) -> AliasGuar
 
 
 def random_inputs(metadata: Metadata, in_spec, seed: int = 0, device: str | torch.device = "cpu",
-                  vary_dynamic: bool = False):
+                  vary_dynamic: bool = False, sizes: dict[str, int] | None = None):
     """(args, kwargs) of random tensors shaped like the example inputs: floats from a normal
     distribution, integers and bools within the example's value range. With
     `vary_dynamic`, each dynamic size is drawn from its exported range (capped at twice
-    the example's), the same for every input that shares it."""
+    the example's), the same for every input that shares it; `sizes` sets some (dim symbol
+    -> size)."""
 
     g = torch.Generator().manual_seed(seed)
-    sizes: dict[str, int] = {}
+    sizes = dict(sizes or {})
     flat = []
     for meta in metadata.user_inputs:
         shape = list(meta.shape)
+        for dim, d in meta.dynamic_dims.items():
+            if d.symbol in sizes and not vary_dynamic:
+                shape[int(dim)] = sizes[d.symbol]
         if vary_dynamic:
             for dim, d in meta.dynamic_dims.items():
                 if d.symbol not in sizes:

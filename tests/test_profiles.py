@@ -1,0 +1,144 @@
+"""Shape profiles (issue 50): a bundle compiled with packages for size ranges of its dynamic
+dims beside the generic one; each call runs the package made for its sizes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+
+import pytest
+import torch
+
+import aotc
+from aotc.errors import BundleError, InputError
+from conftest import fresh_sample, invoke, rehash
+
+PROFILES = ("x:0=2", "x:0=3..16")
+pytestmark = pytest.mark.filterwarnings("ignore::aotc.errors.UnsignedNativeCodeWarning")  # mlp's batch is dynamic from 2 (its symbol's first input: x)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """mlp exported with a dynamic batch, compiled generic + a static and a ranged profile."""
+    root = tmp_path_factory.mktemp("profiles")
+    assert invoke("export", "sample_models/mlp.py", "-o", root / "b").exit_code == 0
+    result = invoke("compile", root / "b", *[a for p in PROFILES for a in ("--profile", p)], "--json")
+    assert result.exit_code == 0, result.stderr
+    return root / "b", json.loads(result.stdout)
+
+
+def _eager():
+    return fresh_sample("mlp").module.eval()
+
+
+def test_each_profile_is_a_package_of_its_own(profiled):
+    path, summary = profiled
+    compiled = summary["compiled"]
+    symbol = aotc.Bundle.open(path).metadata.user_inputs[0].dynamic_dims["0"].symbol
+    assert set(compiled) == {"compiled/cpu/inference.pt2", "compiled/cpu/inference_p0.pt2",
+                             "compiled/cpu/inference_p1.pt2"}
+    assert compiled["compiled/cpu/inference_p0.pt2"]["build"]["profile"] == f"{symbol}=2..2"
+    assert compiled["compiled/cpu/inference_p1.pt2"]["build"]["profile"] == f"{symbol}=3..16"
+    assert "profile" not in compiled["compiled/cpu/inference.pt2"]["build"]
+
+    def symbols_in_code(rel: str) -> int:  # the generic package reads its batch size at run time
+        with zipfile.ZipFile(path / rel) as archive:
+            code = next(archive.read(n).decode() for n in archive.namelist() if n.endswith("wrapper.cpp"))
+        return len(re.findall(r"\bs\d+\b", code))
+
+    assert symbols_in_code("compiled/cpu/inference_p0.pt2") == 0  # one size: static kernels
+    assert symbols_in_code("compiled/cpu/inference_p1.pt2") > 0
+    assert symbols_in_code("compiled/cpu/inference.pt2") > 0
+
+
+@pytest.mark.parametrize("batch", [2, 3, 9, 16, 17, 40])
+def test_every_size_matches_eager(profiled, batch):
+    x = torch.randn(batch, 16)
+    torch.testing.assert_close(aotc.load(profiled[0], backend="aoti")(x), _eager()(x))
+
+
+def test_a_call_runs_the_first_profile_its_sizes_lie_in():
+    from exporters.aoti_profiles import ProfiledGraph
+
+    class Package:
+        frozen, layouts = False, None
+
+        def __init__(self, name):
+            self.name = name
+            self.fast_call = lambda args: name
+
+        def __call__(self, *args):
+            return self.name
+
+    # (graph input position, dim, lo, hi): the batch of input 1
+    graph = ProfiledGraph([([(1, 0, 2, 2)], Package("p0")), ([(1, 0, 3, 16)], Package("p1"))], Package("generic"), "")
+    for batch, want in ((2, "p0"), (3, "p1"), (16, "p1"), (17, "generic")):
+        args = [torch.zeros(4), torch.zeros(batch, 16)]
+        assert graph(*args) == want and graph.fast_call(args) == want
+    strict = ProfiledGraph([([(1, 0, 2, 2)], Package("p0"))], None, "no profile takes it")
+    with pytest.raises(InputError, match="no profile takes it"):
+        strict(torch.zeros(4), torch.zeros(3, 16))
+
+
+def test_without_the_generic_package_a_size_outside_every_profile_is_refused(profiled, tmp_path):
+    path = tmp_path / "b"
+    shutil.copytree(profiled[0], path)
+    bundle = aotc.compile(path, profiles=PROFILES, generic=False)
+    assert bundle.manifest.file("compiled/cpu/inference.pt2") is None
+    loaded = aotc.load(path, backend="aoti")
+    x = torch.randn(5, 16)
+    torch.testing.assert_close(loaded(x), _eager()(x))
+    with pytest.raises(InputError, match=r"lie in no shape profile .*=2\.\.2, .*=3\.\.16\), which was compiled "
+                                         r"without the package for every size \(--no-generic\)"):
+        loaded(torch.randn(17, 16))
+    # compiled again without profiles: the profiles' packages go, the generic one is back
+    again = aotc.compile(path)
+    assert sorted(f.path for f in again.manifest.files if f.kind == "compiled") == ["compiled/cpu/inference.pt2"]
+
+
+@pytest.mark.parametrize("profiles, words", [
+    (("y:0=2",), "has no dynamic dim 'y:0'; it has x:0"),
+    (("x:0=1",), "1..1 is outside the sizes bundle .* accepts for x:0 \\(2\\.\\.64\\)"),
+    (("x:0=8..4",), "8..4 is an empty range for x:0"),
+    (("x:0=2..8", "x:0=8..16"), "profiles 'x:0=2..8' and 'x:0=8..16' of bundle .* overlap"),
+    (("x:0",), "'x:0' is not DIM=SIZE or DIM=LO..HI"),
+    (("x:0=2,x:0=3",), "names x:0 .* twice"),
+])
+def test_a_bad_profile_is_refused_by_name_before_compiling(profiled, profiles, words):
+    path, _ = profiled
+    with pytest.raises(InputError, match=words):
+        aotc.compile(path, profiles=profiles)
+
+
+def test_no_generic_without_a_profile_is_refused(profiled):
+    with pytest.raises(InputError, match="no profile was given"):
+        aotc.compile(profiled[0], generic=False)
+
+
+def test_a_swapped_profile_package_is_refused(profiled, tmp_path):
+    """Each package is hashed in the manifest and signed like every other file: one swapped
+    for another (the ranged profile's code in the static profile's place) does not load,
+    and where a hostile editor records the new hashes, the signature refuses it."""
+    pytest.importorskip("model_signing", reason="the sign extra (make test installs it)")
+    from aotc.errors import SignatureError
+    from test_signing import _key_pair
+
+    path = tmp_path / "b"
+    shutil.copytree(profiled[0], path)
+    private, public = _key_pair(tmp_path, "a")
+    assert invoke("sign", path, "--key", private).exit_code == 0
+    aotc.load(path, backend="aoti", public_keys=[public])
+    shutil.copyfile(path / "compiled/cpu/inference_p1.pt2", path / "compiled/cpu/inference_p0.pt2")
+    with pytest.raises(BundleError, match="inference_p0.pt2"):
+        aotc.load(path, backend="aoti")
+    rehash(path)
+    with pytest.raises(SignatureError, match="files changed since signing: compiled/cpu/inference_p0.pt2"):
+        aotc.load(path, backend="aoti", public_keys=[public])
+
+
+def test_a_training_bundle_is_refused_by_name_for_now(sample_bundles):
+    path, _ = sample_bundles[("mlp", "joint")]
+    with pytest.raises(InputError, match="cannot be compiled for shape profiles yet"):
+        aotc.compile(path, profiles=("x:0=2",))
