@@ -62,6 +62,17 @@ def _table(title: str, *columns: str):
     return table
 
 
+def _profile_dims(profile: str, where: dict) -> str:
+    """`s33=2..2` as the user names it too: `x:0=2 (s33)`."""
+    parts = []
+    for item in profile.split(","):
+        symbol, _, span = item.partition("=")
+        lo, _, hi = span.partition("..")
+        size = lo if lo == hi else f"{lo}..{hi}"
+        parts.append(f"{where[symbol]}={size} ({symbol})" if symbol in where else f"{symbol}={size}")
+    return ", ".join(parts)
+
+
 def _built_by(f: dict) -> str:
     """Which torch and target built a compiled file, and whether this torch can run it."""
     import torch
@@ -142,6 +153,9 @@ def _render(info: dict, top_ops: int) -> None:
                       + (f" ({prepacked} calls on oneDNN-prepacked weights)" if prepacked else ""))
         elif f["kind"] == "compiled" and (f["build"] or {}).get("not_folded"):
             out.print(f"[bold]{f['path']}[/]: weights passed as inputs, not folded: {f['build']['not_folded']}")
+        if f["kind"] == "compiled" and (f["build"] or {}).get("profile"):
+            out.print(f"[bold]{f['path']}[/]: shape profile {_profile_dims(f['build']['profile'], info.get('dims', {}))}, "
+                      f"{human_size(f['size'])}: run for calls of these sizes")
         if f["kind"] == "compiled" and (f["build"] or {}).get("updates") == "in_place":
             out.print(f"[bold]{f['path']}[/]: writes the new parameters, optimizer state and buffers into their "
                       "own memory (no copies after the step)")

@@ -61,7 +61,8 @@ def verify_command(bundle, model, checkpoint, no_run, atol, rtol, samples, junit
       aotc verify downloaded-bundle --public-key publisher.pub
       aotc verify bundles/mlp --model sample_models/mlp.py --device cuda
     """
-    from aotc.tools.verify import junit_xml, verify
+    from aotc.tools.junit import junit_xml
+    from aotc.tools.verify import verify
 
     out = console()
     with step_progress(out) as progress:

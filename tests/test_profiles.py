@@ -142,3 +142,19 @@ def test_a_training_bundle_is_refused_by_name_for_now(sample_bundles):
     path, _ = sample_bundles[("mlp", "joint")]
     with pytest.raises(InputError, match="cannot be compiled for shape profiles yet"):
         aotc.compile(path, profiles=("x:0=2",))
+
+
+def test_inspect_and_verify_show_every_profile(profiled):
+    path, _ = profiled
+    shown = invoke("inspect", path)
+    assert shown.exit_code == 0, shown.stderr
+    text = " ".join((shown.stdout + shown.stderr).split())
+    assert "compiled/cpu/inference_p0.pt2: shape profile x:0=2 (s" in text
+    assert "compiled/cpu/inference_p1.pt2: shape profile x:0=3..16 (s" in text
+    result = invoke("verify", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    checked = {c["artifact"] for c in json.loads(result.stdout)["checks"]}
+    symbol = aotc.Bundle.open(path).metadata.user_inputs[0].dynamic_dims["0"].symbol
+    # each profile at its ends and its middle (one size: once)
+    assert {a for a in checked if "_p" in a} == {f"aoti/cpu inference_p0.pt2 at {symbol}=2"} | {
+        f"aoti/cpu inference_p1.pt2 at {symbol}={n}" for n in (3, 9, 16)}

@@ -14,6 +14,7 @@ from aotc.bundle.cpp_support import cpp_graphs
 from aotc.bundle.files import WEIGHTS, Bundle
 from aotc.bundle.schema import to_json
 from aotc.contract.subclasses import inner_names
+from aotc.profiles import bundle_dims
 
 _OP_CALL = re.compile(r"torch\.ops\.([\w]+)\.([\w]+)\.([\w]+)\(")
 
@@ -130,4 +131,5 @@ def describe(bundle: Bundle) -> dict[str, Any]:
         "subclasses": subclasses(bundle),
         "metadata": to_json(bundle.metadata),
         "cpp": cpp_graphs(bundle),
+        "dims": {d.symbol: d.label for d in bundle_dims(bundle)},  # dynamic dims, as --profile names them
     }

@@ -1,12 +1,13 @@
 """`aotc verify`: every artifact of a bundle against eager PyTorch.
 
 Each artifact (fx; aoti for each device present and usable here; onnx) is loaded through
-`aotc.load` and run on the golden inputs of reference.safetensors; its outputs, the
-inputs and buffers after the call, and for training bundles the loss and every gradient
-are compared with the references under the manifest's per-entry tolerances. Given a
-model file (`model=`, the CLI's --model), the eager model is rebuilt too and compared
-with every artifact on random inputs within the exported dynamic ranges; a model path
-recorded in the bundle is never imported, since a bundle must not make aotc run code.
+`aotc.load` and run on the golden inputs of reference.safetensors; its outputs, the inputs
+and buffers after the call, and for training bundles the loss and every gradient are
+compared with the references under the manifest's per-entry tolerances (each shape
+profile's package too, against fx: aotc.tools.verify_profiles). Given a model file
+(`model=`, --model), the eager model is rebuilt and compared with every artifact on random
+inputs within the exported dynamic ranges; a model path recorded in the bundle is never
+imported, since a bundle must not make aotc run code.
 
 Integrity comes first (`integrity`): every hash, every archive's members, every
 safetensors header and the weights against the metadata, with nothing loaded or run, so
@@ -19,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import quoteattr
 
 import torch
 
@@ -42,6 +42,7 @@ from aotc.tools.generation import StaticCacheLM
 from aotc.tools.observe import input_key, is_input_entry, observe
 from aotc.tools.rebuild import eager_from_bundle
 from aotc.tools.reference import REFERENCE, run_eager, tolerance
+from aotc.tools.verify_profiles import check_profiles
 
 Tensors = dict[str, torch.Tensor]
 
@@ -296,6 +297,9 @@ def verify(path, model: str | None = None, rtol: float | None = None, atol: floa
             on_artifact(label, done, total)
         actual = run_artifact(bundle, backend, device, inputs, golden, trusted_subclasses, public_keys)
         report.checks += compare(label, golden, actual, bundle.manifest.tolerances, override)
+        if backend == "aoti":  # each shape profile's package at its ends and middle, against fx
+            report.checks += check_profiles(bundle, device, run_artifact, compare, override, trusted_subclasses,
+                                            public_keys)
 
     if rebuilt:
         report.checks += _rebuilt_eager(bundle, model, checkpoint, found, samples, override, trusted_subclasses,
@@ -382,19 +386,3 @@ def _rebuilt_eager(bundle, source, checkpoint, found, samples, override, trusted
             checks += compare(f"{label} vs eager (sample {sample + 1})", expected, actual, {}, override)
     return checks
 
-
-def junit_xml(report: Report) -> str:
-    """One test case per artifact and entry; a failure element for each mismatch."""
-
-    failures = sum(not c.passed for c in report.checks)
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuite name="aotc verify" tests="{len(report.checks)}" failures="{failures}">']
-    for c in report.checks:
-        case = f'  <testcase classname={quoteattr(c.artifact)} name={quoteattr(c.name)}'
-        if c.passed:
-            lines.append(case + "/>")
-        else:
-            message = f"max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g} (rtol {c.rtol:g}, atol {c.atol:g}) {c.note}"
-            lines += [case + ">", f"    <failure message={quoteattr(message.strip())}/>", "  </testcase>"]
-    lines.append("</testsuite>")
-    return "\n".join(lines) + "\n"
