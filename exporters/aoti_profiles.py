@@ -15,7 +15,7 @@ from aotc.profiles import Profile
 
 # graph kinds whose user inputs the metadata describes; a backward graph's inputs are saved
 # activations, whose sizes follow the forward's
-PROFILED_KINDS = ("inference",)
+PROFILED_KINDS = ("inference", "joint")
 
 
 def example_sizes(bundle, profile: Profile) -> dict[str, int]:

@@ -138,9 +138,24 @@ def test_a_swapped_profile_package_is_refused(profiled, tmp_path):
         aotc.load(path, backend="aoti", public_keys=[public])
 
 
-def test_a_training_bundle_is_refused_by_name_for_now(sample_bundles):
-    path, _ = sample_bundles[("mlp", "joint")]
-    with pytest.raises(InputError, match="cannot be compiled for shape profiles yet"):
+def test_a_joint_bundle_steps_with_each_profile_as_on_fx(sample_bundles, tmp_path):
+    path = tmp_path / "joint"
+    shutil.copytree(sample_bundles[("mlp", "joint")][0], path)
+    aotc.compile(path, profiles=PROFILES)
+    compiled, fx = aotc.load(path, backend="aoti", mode="train"), aotc.load(path, backend="fx", mode="train")
+    for step, batch in enumerate((2, 5, 16, 17)):
+        x = torch.randn(batch, 16)
+        torch.manual_seed(step)
+        got = compiled.train_step(x.clone())
+        torch.manual_seed(step)
+        torch.testing.assert_close(got, fx.train_step(x.clone()))
+        for name, value in fx.state_dict().items():
+            torch.testing.assert_close(compiled.state_dict()[name], value, msg=lambda m: f"step {step}, {name}: {m}")
+
+
+def test_a_forward_and_backward_bundle_is_refused_by_name_for_now(sample_bundles):
+    path, _ = sample_bundles[("mlp", "autograd")]
+    with pytest.raises(InputError, match="forward, backward graphs, which cannot be compiled for shape profiles yet"):
         aotc.compile(path, profiles=("x:0=2",))
 
 
