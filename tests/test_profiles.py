@@ -14,6 +14,7 @@ import torch
 import aotc
 from aotc.errors import BundleError, InputError
 from conftest import fresh_sample, invoke, rehash
+from test_cpp_runtime import aotc_run, cpp_build  # noqa: F401 (a fixture)
 
 PROFILES = ("x:0=2", "x:0=3..16")
 pytestmark = pytest.mark.filterwarnings("ignore::aotc.errors.UnsignedNativeCodeWarning")  # mlp's batch is dynamic from 2 (its symbol's first input: x)
@@ -173,3 +174,22 @@ def test_inspect_and_verify_show_every_profile(profiled):
     # each profile at its ends and its middle (one size: once)
     assert {a for a in checked if "_p" in a} == {f"aoti/cpu inference_p0.pt2 at {symbol}=2"} | {
         f"aoti/cpu inference_p1.pt2 at {symbol}={n}" for n in (3, 9, 16)}
+
+
+def test_the_cpp_runtime_runs_the_generic_package_and_refuses_profiles_alone(profiled, cpp_build, tmp_path):
+    """C++ does not pick profiles yet: it runs the generic package (bitwise Python's, at a size
+    outside every profile, where Python runs it too), and refuses a bundle of profiles alone."""
+    from safetensors.torch import load_file, save_file
+
+    path = profiled[0]
+    x = torch.randn(17, 16)
+    save_file({"x": x}, tmp_path / "in.safetensors")
+    result = aotc_run(path, "--inputs", tmp_path / "in.safetensors", "--output", tmp_path / "out.safetensors")
+    assert result.returncode == 0, result.stderr
+    (out,) = [v for k, v in load_file(tmp_path / "out.safetensors").items() if not k.startswith("after:")]
+    assert torch.equal(out, aotc.load(path, backend="aoti")(x))
+    alone = tmp_path / "alone"
+    shutil.copytree(path, alone)
+    aotc.compile(alone, profiles=PROFILES, generic=False)
+    refused = aotc_run(alone, "--check")
+    assert refused.returncode != 0 and "has only shape profiles' packages for its inference graph" in refused.stderr

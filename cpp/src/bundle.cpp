@@ -386,9 +386,13 @@ std::map<std::string, std::string> Bundle::cpp_support() const {
 }
 
 std::vector<std::string> Bundle::compiled_devices(const std::string& kind) const {
+  // a graph's generic package: the packages of its shape profiles (compiled/<device>/<kind>_p<k>.pt2)
+  // are Python's alone for now
   std::vector<std::string> out;
   for (const FileEntry& e : data_->files) {
-    if (e.kind == "compiled" && e.graph == kind && e.device) out.push_back(*e.device);
+    if (e.kind == "compiled" && e.graph == kind && e.device && e.path == "compiled/" + *e.device + "/" + kind + ".pt2") {
+      out.push_back(*e.device);
+    }
   }
   return out;
 }

@@ -166,8 +166,16 @@ void attach_package(Program& program, const BundleData& b, const c10::Device& de
     const FileEntry* entry = b.file(rel);
     if (entry == nullptr) {
       std::set<std::string> have;
+      bool profiles_only = false;
       for (const FileEntry& e : b.files) {
         if (e.kind == "compiled" && e.device) have.insert(*e.device);
+        profiles_only |= e.kind == "compiled" && e.graph == kind && e.device == type;
+      }
+      if (profiles_only) {
+        throw BundleError("Bundle '" + b.path + "' has only shape profiles' packages for its " + kind + " graph on " +
+                          type + " (compiled with --no-generic), and the C++ runtime runs a graph's generic package "
+                          "alone. Run: aotc compile " + b.path + " --device " + type + " with its --profile options "
+                          "and without --no-generic");
       }
       std::string list;
       for (const auto& d : have) list += (list.empty() ? "" : ", ") + d;
