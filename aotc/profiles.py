@@ -43,9 +43,6 @@ class Profile:
     text: str
     ranges: tuple[tuple[str, int, int], ...]  # (symbol, lo, hi), sorted by symbol
 
-    def holds(self, sizes: dict[str, int]) -> bool:
-        return all(lo <= sizes[s] <= hi for s, lo, hi in self.ranges)
-
     def range_of(self, symbol: str) -> tuple[int, int] | None:
         return next(((lo, hi) for s, lo, hi in self.ranges if s == symbol), None)
 

@@ -26,7 +26,6 @@ from aotc.contract.aliasing import StrideGuard
 from aotc.contract.randomness import random_ops
 from aotc.errors import AotcError, BundleError
 from aotc.exporters import aoti_updates
-from aotc.exporters.aoti_profiles import ProfiledGraph, parse_build, size_checks
 from aotc.exporters.aoti_cache import compile_cached, compile_graph, compile_options
 from aotc.exporters.aoti_frozen import (
     FREEZABLE,
@@ -37,6 +36,7 @@ from aotc.exporters.aoti_frozen import (
     small_linears_only,
     updated_buffers,
 )
+from aotc.exporters.aoti_profiles import ProfiledGraph, parse_build, size_checks
 from aotc.exporters.formats import BuildOptions, Built, built_only
 from aotc.exporters.weight_fold import FoldError
 from aotc.runtime.cuda_graphs import CudaGraphRun
