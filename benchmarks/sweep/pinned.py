@@ -38,6 +38,11 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
         "a convolution's bias feeding a GroupNorm has an exact gradient of 0; eager's float32 value (2.7e-5) "
         "and the graph's (1.5e-4, under one thread) are both the rounding of a sum that cancels, and "
         "export's check, which allows 4x eager's own distance from float64, refuses the bundle"),
+    **{(f"transformers/{f}/*", "onnx"): (
+        "operators without an ONNX translation: aten.cummax.default, aten.cummin.default",
+        "its text attention mask is built from the token ids with torch.cummax and torch.cummin over the "
+        "sequence (generate_masks_with_special_tokens_and_transfer_map), which ONNX has no operator for; "
+        "torch.onnx's own export of the model fails too") for f in ("grounding-dino", "mm-grounding-dino")},
     ("transformers/deepseek_v2/*", "onnx"): _COMPLEX,
     ("transformers/llama4/*", "onnx"): _COMPLEX,
     ("transformers/llama4_text/*", "onnx"): _COMPLEX,
