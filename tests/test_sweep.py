@@ -169,3 +169,29 @@ def test_a_slice_of_the_sweep(tmp_path):
     ran = [r for r in records if r.get("eager") == "ok"]
     assert len(ran) >= 10, f"only {len(ran)} of {len(records)} sliced architectures built"
     assert all(r["columns"]["fx"]["status"] in ("pass", "refused") for r in ran)
+
+
+def test_the_page_of_some_libraries_keeps_the_committed_records_of_the_others(tmp_path, monkeypatch):
+    """timm runs in a venv of its own, which a checkout may lack: a table written from a run
+    of the other libraries keeps timm's committed rows, and counts them as planned."""
+    from benchmarks.sweep import run, table
+
+    timm = {"name": "timm/resnet", "library": "timm", "family": "resnet", "head": "image-cls", "eager": "ok",
+            "running": None, "columns": {"fx": {"status": "pass", "detail": "", "seconds": 1.0, "commit": "e41596c"}}}
+    data, page = tmp_path / "coverage.json", tmp_path / "coverage.md"
+    data.write_text(json.dumps({"planned": 2, "cases": [timm]}))
+    monkeypatch.setattr(table, "DATA", data)
+    monkeypatch.setattr(table, "PAGE", page)
+    monkeypatch.setattr(table, "ROOT", tmp_path)
+    monkeypatch.setattr(run, "listed", lambda libraries: [("diffusers/UNet2DModel", "diffusers", "UNet2DModel",
+                                                           "base", "main")])
+    monkeypatch.setattr(run, "plan", lambda cases: [run.Planned(*cases[0], ("fx",), True)])
+    results = tmp_path / "results"
+    results.mkdir()
+    unet = {**timm, "name": "diffusers/UNet2DModel", "library": "diffusers", "family": "UNet2DModel", "head": "base"}
+    (results / "diffusers__UNet2DModel.json").write_text(json.dumps(unet))
+    assert run.main(["--table-only", "--libraries", "transformers,diffusers", "--results", str(results)]) == 0
+    written = json.loads(data.read_text())
+    assert written["planned"] == 2 and sorted(r["name"] for r in written["cases"]) == ["diffusers/UNet2DModel",
+                                                                                        "timm/resnet"]
+    assert "timm/resnet" in page.read_text()
