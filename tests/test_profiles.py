@@ -154,6 +154,26 @@ def test_a_joint_bundle_steps_with_each_profile_as_on_fx(sample_bundles, tmp_pat
             torch.testing.assert_close(compiled.state_dict()[name], value, msg=lambda m: f"step {step}, {name}: {m}")
 
 
+@pytest.mark.parametrize("batch", [2, 5])
+def test_cpp_train_steps_with_each_profile_are_pythons(sample_bundles, cpp_build, tmp_path, batch):
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "joint"
+    shutil.copytree(sample_bundles[("mlp", "joint")][0], path)
+    aotc.compile(path, profiles=PROFILES)
+    data = torch.randn(2, batch, 16)
+    save_file({"x": data}, tmp_path / "data.safetensors")
+    result = aotc_run(path, "--train-steps", 2, "--data", tmp_path / "data.safetensors", "--seed", 0,
+                      "--output", tmp_path / "trained.safetensors")
+    assert result.returncode == 0, result.stderr
+    python = aotc.load(path, backend="aoti", mode="train")
+    for step in range(2):
+        torch.manual_seed(step)
+        python.train_step(data[step].clone())
+    for name, value in load_file(tmp_path / "trained.safetensors").items():
+        assert torch.equal(value, python.state_dict()[name]), name
+
+
 def test_a_forward_and_backward_bundle_is_refused_by_name_for_now(sample_bundles):
     path, _ = sample_bundles[("mlp", "autograd")]
     with pytest.raises(InputError, match="forward, backward graphs, which cannot be compiled for shape profiles yet"):
@@ -176,20 +196,34 @@ def test_inspect_and_verify_show_every_profile(profiled):
         f"aoti/cpu inference_p1.pt2 at {symbol}={n}" for n in (3, 9, 16)}
 
 
-def test_the_cpp_runtime_runs_the_generic_package_and_refuses_profiles_alone(profiled, cpp_build, tmp_path):
-    """C++ does not pick profiles yet: it runs the generic package (bitwise Python's, at a size
-    outside every profile, where Python runs it too), and refuses a bundle of profiles alone."""
+def _cpp_outputs(path, x, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    path = profiled[0]
-    x = torch.randn(17, 16)
     save_file({"x": x}, tmp_path / "in.safetensors")
     result = aotc_run(path, "--inputs", tmp_path / "in.safetensors", "--output", tmp_path / "out.safetensors")
-    assert result.returncode == 0, result.stderr
+    if result.returncode:
+        return result.stderr
     (out,) = [v for k, v in load_file(tmp_path / "out.safetensors").items() if not k.startswith("after:")]
-    assert torch.equal(out, aotc.load(path, backend="aoti")(x))
+    return out
+
+
+@pytest.mark.parametrize("batch", [2, 9, 17])
+def test_the_cpp_runtime_picks_the_profile_python_picks(profiled, cpp_build, tmp_path, batch):
+    """Bitwise Python's outputs at sizes in each profile and outside both (the generic package)."""
+    x = torch.randn(batch, 16)
+    out = _cpp_outputs(profiled[0], x, tmp_path)
+    assert not isinstance(out, str), out
+    assert torch.equal(out, aotc.load(profiled[0], backend="aoti")(x))
+
+
+def test_the_cpp_runtime_refuses_sizes_outside_every_profile_without_the_generic_package(profiled, cpp_build,
+                                                                                        tmp_path):
     alone = tmp_path / "alone"
-    shutil.copytree(path, alone)
+    shutil.copytree(profiled[0], alone)
     aotc.compile(alone, profiles=PROFILES, generic=False)
-    refused = aotc_run(alone, "--check")
-    assert refused.returncode != 0 and "has only shape profiles' packages for its inference graph" in refused.stderr
+    x = torch.randn(5, 16)
+    out = _cpp_outputs(alone, x, tmp_path)
+    assert not isinstance(out, str), out
+    assert torch.equal(out, aotc.load(alone, backend="aoti")(x))
+    refused = _cpp_outputs(alone, torch.randn(17, 16), tmp_path)
+    assert isinstance(refused, str) and "lie in no shape profile of the inference graph" in refused

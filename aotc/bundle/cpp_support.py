@@ -48,12 +48,11 @@ def cpp_refusal(bundle, kind: str) -> str:
 
 def cpp_graphs(bundle) -> dict[str, dict]:
     """Per graph kind: whether C++ runs it ("runs"), why not ("refused"), and the devices
-    it is compiled for (C++ runs compiled packages only: none means aotc compile first; it
-    runs a graph's generic package, not the packages of its shape profiles)."""
+    it is compiled for (C++ runs compiled packages only: none means aotc compile first)."""
     out = {}
     for kind in bundle.graph_kinds:
         devices = sorted({f.device for f in bundle.manifest.files
-                          if f.kind == "compiled" and f.path == f"compiled/{f.device}/{kind}.pt2"})
+                          if f.kind == "compiled" and f.graph == kind and f.device})
         out[kind] = {"runs": not cpp_refusal(bundle, kind) and bool(devices), "refused": cpp_refusal(bundle, kind),
                      "devices": devices}
     return out

@@ -2,6 +2,7 @@
 // messages: the signature (with keys configured) before anything else is read, then the
 // manifest (format version, checksum), the listing (exactly the files it lists, no links),
 // each file's size and sha256, and signature.json and metadata.json parsed and validated.
+#include <algorithm>
 #include <sys/stat.h>
 
 #include <set>
@@ -386,11 +387,9 @@ std::map<std::string, std::string> Bundle::cpp_support() const {
 }
 
 std::vector<std::string> Bundle::compiled_devices(const std::string& kind) const {
-  // a graph's generic package: the packages of its shape profiles (compiled/<device>/<kind>_p<k>.pt2)
-  // are Python's alone for now
-  std::vector<std::string> out;
+  std::vector<std::string> out;  // once each, though shape profiles give a device several packages
   for (const FileEntry& e : data_->files) {
-    if (e.kind == "compiled" && e.graph == kind && e.device && e.path == "compiled/" + *e.device + "/" + kind + ".pt2") {
+    if (e.kind == "compiled" && e.graph == kind && e.device && std::find(out.begin(), out.end(), *e.device) == out.end()) {
       out.push_back(*e.device);
     }
   }

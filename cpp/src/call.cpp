@@ -342,8 +342,8 @@ Outputs Module::forward(const std::vector<at::Tensor>& inputs) {
     throw ModeError("This is a joint bundle: it runs whole training steps. Call module.train_step(inputs), which "
                     "returns the loss and updates the weights.");
   }
-  Program& p = *it->second;
   s.check_inputs(inputs);
+  Program& p = it->second->pick(inputs, s.bundle->path);  // a shape profile's package, if one holds
   s.check_aliasing(p, inputs);
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> args = s.graph_inputs(p, inputs);

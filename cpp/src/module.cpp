@@ -194,54 +194,65 @@ Module Bundle::load(c10::Device device, const LoadOptions& options) const {
       state->programs[kind] = std::move(p);
       continue;
     }
-    p->meta = &b.programs.at(kind);
-    for (size_t i = 0; i < p->sig->inputs.size(); ++i) {
-      const Slot& s = p->sig->inputs[i];
-      std::string target = s.target.value_or("");
-      if (kModelRoles.count(s.role)) p->model_inputs.push_back(i);
-      if (s.role == "parameter" || s.role == "buffer") {
-        auto it = state->state_index.find(target);
-        if (it == state->state_index.end()) {
-          throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target + "' is missing; the " + kind + " graph takes it.");
-        }
-        const InputMeta& info = p->meta->inputs[p->model_inputs.size() - 1];
-        const at::Tensor& t = state->state[it->second].second;
-        if (info.tensor && (t.scalar_type() != info.tensor->dtype || t.sizes().vec() != info.tensor->shape)) {
-          throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target + "' is " + dtype_name(t.scalar_type()) +
-                            " " + describe_shape(t.sizes()) + ", metadata.json says " + info.tensor->dtype_name + " " +
-                            describe_shape(info.tensor->shape) + ".");
-        }
-        p->sources.push_back({Source::kState, it->second});
-      } else if (s.role == "user_input") {
-        p->sources.push_back({Source::kUser, static_cast<size_t>(*s.index)});
-      } else if (s.role == "constant") {
-        if (!constant_index.count(target)) {
+    auto wire = [&](Program& q) {
+      q.kind = kind;
+      q.sig = &b.graphs.at(kind);
+      q.meta = &b.programs.at(kind);
+      for (size_t i = 0; i < q.sig->inputs.size(); ++i) {
+        const Slot& s = q.sig->inputs[i];
+        std::string target = s.target.value_or("");
+        if (kModelRoles.count(s.role)) q.model_inputs.push_back(i);
+        if (s.role == "parameter" || s.role == "buffer") {
           auto it = state->state_index.find(target);
           if (it == state->state_index.end()) {
-            throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target + "' is missing; the " + kind +
-                              " graph takes it as a constant.");
+            throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target + "' is missing; the " + kind + " graph takes it.");
           }
-          constant_index[target] = state->constants.size();
-          state->constants.emplace_back(target, state->state[it->second].second);
+          const InputMeta& info = q.meta->inputs[q.model_inputs.size() - 1];
+          const at::Tensor& t = state->state[it->second].second;
+          if (info.tensor && (t.scalar_type() != info.tensor->dtype || t.sizes().vec() != info.tensor->shape)) {
+            throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target + "' is " + dtype_name(t.scalar_type()) +
+                              " " + describe_shape(t.sizes()) + ", metadata.json says " + info.tensor->dtype_name + " " +
+                              describe_shape(info.tensor->shape) + ".");
+          }
+          q.sources.push_back({Source::kState, it->second});
+        } else if (s.role == "user_input") {
+          q.sources.push_back({Source::kUser, static_cast<size_t>(*s.index)});
+        } else if (s.role == "constant") {
+          if (!constant_index.count(target)) {
+            auto it = state->state_index.find(target);
+            if (it == state->state_index.end()) {
+              throw BundleError("'" + b.path + "/weights.safetensors': tensor '" + target + "' is missing; the " + kind +
+                                " graph takes it as a constant.");
+            }
+            constant_index[target] = state->constants.size();
+            state->constants.emplace_back(target, state->state[it->second].second);
+          }
+          q.sources.push_back({Source::kConstant, constant_index[target]});
+        } else if (s.role == "optimizer_state" || s.role == "hyperparameter") {
+          q.sources.push_back({s.role == "optimizer_state" ? Source::kOptimizerState : Source::kHyperparameter, 0});
+        } else {
+          throw BundleError("Bundle '" + b.path + "': the " + kind + " graph's input '" + s.name + "' has role '" + s.role +
+                            "', which the C++ runtime does not feed.");
         }
-        p->sources.push_back({Source::kConstant, constant_index[target]});
-      } else if (s.role == "optimizer_state" || s.role == "hyperparameter") {
-        p->sources.push_back({s.role == "optimizer_state" ? Source::kOptimizerState : Source::kHyperparameter, 0});
-      } else {
-        throw BundleError("Bundle '" + b.path + "': the " + kind + " graph's input '" + s.name + "' has role '" + s.role +
-                          "', which the C++ runtime does not feed.");
       }
-    }
-    for (const TensorMeta& t : b.user_inputs) {
-      p->static_strides.push_back(t.dynamic_dims.empty() ? std::optional<std::vector<int64_t>>(t.stride) : std::nullopt);
-      p->dense_order.push_back(dense_order_of(t.stride));
-      const auto& order = p->dense_order.back();
-      p->row_major.push_back(std::is_sorted(order.begin(), order.end()));
-    }
-    plan_epilogue(*p);
-    for (const OutputPlan& plan : p->outputs) p->output_names.push_back(p->sig->outputs[plan.output].name);
-
+      for (const TensorMeta& t : b.user_inputs) {
+        q.static_strides.push_back(t.dynamic_dims.empty() ? std::optional<std::vector<int64_t>>(t.stride) : std::nullopt);
+        q.dense_order.push_back(dense_order_of(t.stride));
+        const auto& order = q.dense_order.back();
+        q.row_major.push_back(std::is_sorted(order.begin(), order.end()));
+      }
+      plan_epilogue(q);
+      for (const OutputPlan& plan : q.outputs) q.output_names.push_back(q.sig->outputs[plan.output].name);
+    };
+    wire(*p);
     attach_package(*p, b, device, options);
+    // each shape profile (aotc/profiles.py): the same program on its own package
+    for (const auto& [rel, profile] : profile_packages(b, kind, device)) {
+      auto q = std::make_unique<Program>();
+      wire(*q);
+      attach_package(*q, b, device, options, rel);
+      p->profiles.push_back({size_checks(b, profile), profile, std::move(q)});
+    }
     state->programs[kind] = std::move(p);
   }
   if (b.optimizer) {
@@ -269,11 +280,15 @@ Module Bundle::load(c10::Device device, const LoadOptions& options) const {
       }
     }
     // number the optimizer inputs in their order among the graph's inputs
-    Program& j = *state->programs.at("joint");
-    size_t next_state = 0, next_hyper = 0;
-    for (Source& src : j.sources) {
-      if (src.kind == Source::kOptimizerState) src.index = next_state++;
-      if (src.kind == Source::kHyperparameter) src.index = next_hyper++;
+    Program& generic = *state->programs.at("joint");
+    std::vector<Program*> joints = {&generic};
+    for (auto& profiled : generic.profiles) joints.push_back(profiled.program.get());
+    for (Program* j : joints) {
+      size_t next_state = 0, next_hyper = 0;
+      for (Source& src : j->sources) {
+        if (src.kind == Source::kOptimizerState) src.index = next_state++;
+        if (src.kind == Source::kHyperparameter) src.index = next_hyper++;
+      }
     }
   }
   return Module(state);

@@ -1,6 +1,7 @@
 // A graph's compiled package: found for the device, its build fingerprint checked against
 // this machine (aotc/bundle/fingerprint.py), its archive members and hash checked once more,
 // then loaded; and how the runtime calls it (weights folded or frozen in, updates in place).
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -158,11 +159,78 @@ Program::~Program() {
   }
 }
 
-void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options) {
+std::vector<std::pair<std::string, std::string>> profile_packages(const BundleData& b, const std::string& kind,
+                                                                  const c10::Device& device) {
+  std::string prefix = std::string("compiled/") + (device.is_cuda() ? "cuda" : "cpu") + "/" + kind + "_p";
+  std::vector<std::pair<size_t, std::pair<std::string, std::string>>> found;
+  for (const FileEntry& e : b.files) {
+    auto profile = e.build.find("profile");
+    if (e.kind != "compiled" || profile == e.build.end() || e.path.rfind(prefix, 0) != 0) continue;
+    std::string k = e.path.substr(prefix.size(), e.path.size() - prefix.size() - 4);  // "<k>" of "<k>.pt2"
+    if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos) continue;
+    found.push_back({std::stoul(k), {e.path, profile->second}});
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+std::vector<Program::SizeCheck> size_checks(const BundleData& b, const std::string& profile) {
+  // "s33=2..2,s50=1..64": per symbol, its first user input and dim (Python's size_checks)
+  std::vector<Program::SizeCheck> out;
+  size_t start = 0;
+  while (start <= profile.size()) {
+    size_t end = profile.find(',', start);
+    std::string item = profile.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    size_t eq = item.find('='), dots = item.find("..");
+    if (eq == std::string::npos || dots == std::string::npos) {
+      throw BundleError("Bundle '" + b.path + "': a compiled package's profile '" + profile + "' is not SYMBOL=LO..HI.");
+    }
+    std::string symbol = item.substr(0, eq);
+    bool found = false;
+    for (size_t i = 0; i < b.user_inputs.size() && !found; ++i) {
+      for (const auto& [dim, d] : b.user_inputs[i].dynamic_dims) {
+        if (d.symbol == symbol) {
+          out.push_back({i, dim, std::stoll(item.substr(eq + 1, dots - eq - 1)), std::stoll(item.substr(dots + 2))});
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) throw BundleError("Bundle '" + b.path + "': profile '" + profile + "' names " + symbol + ", no dim of its inputs.");
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+Program& Program::pick(const std::vector<at::Tensor>& flat, const std::string& bundle_path) {
+  for (Profiled& p : profiles) {
+    bool holds = true;
+    for (const SizeCheck& c : p.checks) {
+      int64_t size = flat[c.user_input].size(c.dim);
+      holds = holds && c.lo <= size && size <= c.hi;
+    }
+    if (holds) return *p.program;
+  }
+  if (!has_package) {
+    std::string names;
+    for (const Profiled& p : profiles) names += (names.empty() ? "" : ", ") + p.label;
+    throw InputError("the sizes of this call lie in no shape profile of the " + kind + " graph of bundle '" + bundle_path +
+                     "' (" + names + "), which was compiled without the package for every size (--no-generic). Call "
+                     "it with sizes in a profile, or compile it again with the generic package (aotc compile " +
+                     bundle_path + ")");
+  }
+  return *this;
+}
+
+void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options,
+                    const std::string& given) {
   const std::string& kind = program.kind;
     // the compiled package, loaded only after its members and hash check out
     std::string type = device.is_cuda() ? "cuda" : "cpu";
-    std::string rel = "compiled/" + type + "/" + kind + ".pt2";
+    std::string rel = given.empty() ? "compiled/" + type + "/" + kind + ".pt2" : given;
     const FileEntry* entry = b.file(rel);
     if (entry == nullptr) {
       std::set<std::string> have;
@@ -171,11 +239,9 @@ void attach_package(Program& program, const BundleData& b, const c10::Device& de
         if (e.kind == "compiled" && e.device) have.insert(*e.device);
         profiles_only |= e.kind == "compiled" && e.graph == kind && e.device == type;
       }
-      if (profiles_only) {
-        throw BundleError("Bundle '" + b.path + "' has only shape profiles' packages for its " + kind + " graph on " +
-                          type + " (compiled with --no-generic), and the C++ runtime runs a graph's generic package "
-                          "alone. Run: aotc compile " + b.path + " --device " + type + " with its --profile options "
-                          "and without --no-generic");
+      if (profiles_only) {  // compiled with --no-generic: the profiles' programs run every call
+        program.has_package = false;
+        return;
       }
       std::string list;
       for (const auto& d : have) list += (list.empty() ? "" : ", ") + d;

@@ -79,6 +79,23 @@ struct Program {
   std::vector<std::pair<c10::TensorImpl*, uint32_t>> fold_seen;
   std::vector<const void*> checked_pointers;  // of the last call that passed the disjointness check
   std::unique_ptr<detail::CudaGraphRun> cuda_graph;  // the package's runs replayed as CUDA graphs
+  bool has_package = true;  // false: compiled for shape profiles alone (--no-generic)
+
+  // shape profiles (aotc/profiles.py): each its own package, run when every size holds;
+  // checked in order, as Python's ProfiledGraph does
+  struct SizeCheck {
+    size_t user_input;
+    int64_t dim, lo, hi;
+  };
+  struct Profiled {
+    std::vector<SizeCheck> checks;
+    std::string label;  // the build's "profile", for errors
+    std::unique_ptr<Program> program;
+  };
+  std::vector<Profiled> profiles;
+
+  // the program to run for these flat user inputs: a profile's, else this one
+  Program& pick(const std::vector<at::Tensor>& flat, const std::string& bundle_path);
 
   ~Program();
 };
@@ -122,7 +139,12 @@ std::string describe_shape(at::IntArrayRef shape);
 
 // package.cpp: load the compiled package of `program` for `device` into it (BundleError when
 // the bundle has none for the device, or it was built for another machine or changed).
-void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options);
+void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options,
+                    const std::string& rel = "");
+// The packages of the shape profiles compiled for `kind` on `device`: (path, build's "profile"), in order.
+std::vector<std::pair<std::string, std::string>> profile_packages(const BundleData& b, const std::string& kind,
+                                                                  const c10::Device& device);
+std::vector<Program::SizeCheck> size_checks(const BundleData& b, const std::string& profile);
 
 // A module's state, for tools in this repo that time its parts (aotc-run --bench).
 struct ModuleAccess {

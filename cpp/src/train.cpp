@@ -17,8 +17,8 @@ at::Tensor Module::train_step(const std::vector<at::Tensor>& inputs) {
     throw ModeError("train_step needs a joint bundle; this one has inference. Export a joint bundle (graphs=(\"joint\",); "
                     "aotc export --joint), or call forward for inference.");
   }
-  Program& p = *it->second;
   s.check_inputs(inputs);
+  Program& p = it->second->pick(inputs, s.bundle->path);  // a shape profile's package, if one holds
   s.check_aliasing(p, inputs);
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> args = s.graph_inputs(p, inputs);
