@@ -151,3 +151,22 @@ def test_dtype_and_device_settings_come_back():
     for i, (g, w) in enumerate(zip(got.layers, want.layers)):
         for name, value in _attributes(w).items():
             _same(getattr(g, name), value, f"layers[{i}].{name}")
+
+
+def test_get_seq_length_skips_the_layers_eager_skips():
+    """NemotronH's cache: a linear attention layer, DummyLayers (keys=None, no CacheLayerMixin:
+    eager skips them) and one key/value layer. Asked for layer 0, eager counts the first
+    CacheLayerMixin; taking the first layer with `keys` gave 0 where eager has 8."""
+    from transformers.cache_utils import DummyLayer, DynamicCache, DynamicLayer, LinearAttentionLayer
+
+    from aotc.contract.caches import from_library
+
+    want = DynamicCache()
+    kv = DynamicLayer()
+    kv.update(torch.zeros(1, 2, 8, 4), torch.zeros(1, 2, 8, 4))
+    want.layers = [LinearAttentionLayer(), DummyLayer(), kv, DummyLayer()]
+    got = from_library(want)
+    assert want.get_seq_length() == 8
+    assert got.get_seq_length() == 8
+    leaves, spec = pytree.tree_flatten(got)  # and as a bundle returns it, through its treespec
+    assert pytree.tree_unflatten(leaves, spec).get_seq_length() == 8

@@ -2,9 +2,9 @@
 
 A model's output may hold a cache (`out.past_key_values`): a `DynamicCache`, `StaticCache`,
 `EncoderDecoderCache` or a model's own subclass (`MiniMaxCache`), whose `layers` are of
-many classes: key/value layers (dynamic, sliding window, static, quantized), linear
-attention layers (`conv_states[i]`, `recurrent_states[i]`, for Mamba, Qwen3-Next and the
-other hybrids), layers holding both, and models' own (DeepSeek-V4's compressor states).
+many classes: key/value layers (dynamic, sliding window, static, quantized), linear attention
+layers (`conv_states[i]`, `recurrent_states[i]`: Mamba, Qwen3-Next, the other hybrids), layers
+holding both, and models' own (DeepSeek-V4's compressor states).
 
 `from_library` turns such a cache into aotc's containers, which keep what the eager
 objects expose and are pytree nodes with a JSON context:
@@ -24,8 +24,7 @@ window layer's `cumulative_length` under a dynamic sequence length) cannot be a 
 of the bundle: it is left out and reading it raises AttributeError saying so, rather
 than returning the example's value.
 
-Bundles written before layers kept their class (context None) read as key/value layers
-of a `DynamicCache`.
+Bundles written before layers kept their class (context None): a `DynamicCache`'s key/values.
 """
 
 from __future__ import annotations
@@ -109,6 +108,9 @@ class CacheLayer(_Attributes):
         keys = self.keys
         return 0 if keys is None or keys.numel() == 0 else keys.shape[-2]
 
+    def _counts_tokens(self) -> bool:  # transformers' DummyLayer holds keys=None, yet counts nothing
+        return self._has("keys") and self._type_name != "DummyLayer"
+
     def __repr__(self) -> str:
         return f"{self._type_name}({', '.join(self._tensors)})"
 
@@ -134,15 +136,15 @@ class KVCache(_Attributes):
         return (self[i] for i in range(len(self.layers)))
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        """As transformers' `Cache.get_seq_length`: a linear attention layer asked for by
-        default stands for the first layer that has keys."""
+        """As transformers' `Cache.get_seq_length`: a layer that counts no tokens (linear
+        attention, a DummyLayer) asked for by default stands for the first that does."""
         if layer_idx >= len(self.layers):
             return 0
-        if not self.layers[layer_idx]._has("keys"):
+        if not self.layers[layer_idx]._counts_tokens():
             if layer_idx != 0:
                 raise ValueError(f"layer {layer_idx} is a {self.layers[layer_idx].type_name} layer, which does not "
                                  "track a sequence length")
-            with_keys = [i for i, layer in enumerate(self.layers) if layer._has("keys")]
+            with_keys = [i for i, layer in enumerate(self.layers) if layer._counts_tokens()]
             if not with_keys:
                 raise ValueError("get_seq_length needs an attention layer, and this cache holds linear attention "
                                  "layers only")
