@@ -148,8 +148,9 @@ def load_graph(bundle, kind: str, device: torch.device, cuda_graphs=None) -> Com
     generic = bundle.manifest.file(artifact_path(kind, device.type))
     graphs = []
     for entry in profiled:
-        ranges = parse_build((entry.build or {}).get("profile", ""))
-        graphs.append((size_checks(bundle, kind, ranges), _load_package(bundle, kind, device, entry.path, cuda_graphs)))
+        label = (entry.build or {}).get("profile", "")
+        checks = size_checks(bundle, kind, parse_build(label)) if kind != "backward" else None  # follows the forward
+        graphs.append((label, checks, _load_package(bundle, kind, device, entry.path, cuda_graphs)))
     names = ", ".join(entry.build["profile"] for entry in profiled)
     refusal = (f"the sizes of this call lie in no shape profile of the {kind} graph of bundle '{bundle.path}' "
                f"({names}), which was compiled without the package for every size (--no-generic). Call it with "

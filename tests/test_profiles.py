@@ -16,13 +16,13 @@ from aotc.errors import BundleError, InputError
 from conftest import fresh_sample, invoke, rehash
 from test_cpp_runtime import aotc_run, cpp_build  # noqa: F401 (a fixture)
 
-PROFILES = ("x:0=2", "x:0=3..16")
+PROFILES = ("x:0=2", "x:0=3..16", "x:0=17..32")  # and the generic package: 33..64
 pytestmark = pytest.mark.filterwarnings("ignore::aotc.errors.UnsignedNativeCodeWarning")  # mlp's batch is dynamic from 2 (its symbol's first input: x)
 
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
-    """mlp exported with a dynamic batch, compiled generic + a static and a ranged profile."""
+    """mlp exported with a dynamic batch, compiled generic + a static and two ranged profiles."""
     root = tmp_path_factory.mktemp("profiles")
     assert invoke("export", "sample_models/mlp.py", "-o", root / "b").exit_code == 0
     result = invoke("compile", root / "b", *[a for p in PROFILES for a in ("--profile", p)], "--json")
@@ -38,10 +38,10 @@ def test_each_profile_is_a_package_of_its_own(profiled):
     path, summary = profiled
     compiled = summary["compiled"]
     symbol = aotc.Bundle.open(path).metadata.user_inputs[0].dynamic_dims["0"].symbol
-    assert set(compiled) == {"compiled/cpu/inference.pt2", "compiled/cpu/inference_p0.pt2",
-                             "compiled/cpu/inference_p1.pt2"}
+    assert set(compiled) == {"compiled/cpu/inference.pt2", *(f"compiled/cpu/inference_p{k}.pt2" for k in range(3))}
     assert compiled["compiled/cpu/inference_p0.pt2"]["build"]["profile"] == f"{symbol}=2..2"
     assert compiled["compiled/cpu/inference_p1.pt2"]["build"]["profile"] == f"{symbol}=3..16"
+    assert compiled["compiled/cpu/inference_p2.pt2"]["build"]["profile"] == f"{symbol}=17..32"
     assert "profile" not in compiled["compiled/cpu/inference.pt2"]["build"]
 
     def symbols_in_code(rel: str) -> int:  # the generic package reads its batch size at run time
@@ -54,14 +54,14 @@ def test_each_profile_is_a_package_of_its_own(profiled):
     assert symbols_in_code("compiled/cpu/inference.pt2") > 0
 
 
-@pytest.mark.parametrize("batch", [2, 3, 9, 16, 17, 40])
+@pytest.mark.parametrize("batch", [2, 3, 9, 16, 17, 32, 40, 64])
 def test_every_size_matches_eager(profiled, batch):
     x = torch.randn(batch, 16)
     torch.testing.assert_close(aotc.load(profiled[0], backend="aoti")(x), _eager()(x))
 
 
 def test_a_call_runs_the_first_profile_its_sizes_lie_in():
-    from exporters.aoti_profiles import ProfiledGraph
+    from aotc.exporters.aoti_profiles import ProfiledGraph
 
     class Package:
         frozen, layouts = False, None
@@ -73,12 +73,14 @@ def test_a_call_runs_the_first_profile_its_sizes_lie_in():
         def __call__(self, *args):
             return self.name
 
-    # (graph input position, dim, lo, hi): the batch of input 1
-    graph = ProfiledGraph([([(1, 0, 2, 2)], Package("p0")), ([(1, 0, 3, 16)], Package("p1"))], Package("generic"), "")
+    # (label, [(graph input position, dim, lo, hi)], package): the batch of input 1
+    graph = ProfiledGraph([("s=2..2", [(1, 0, 2, 2)], Package("p0")), ("s=3..16", [(1, 0, 3, 16)], Package("p1"))],
+                          Package("generic"), "")
     for batch, want in ((2, "p0"), (3, "p1"), (16, "p1"), (17, "generic")):
         args = [torch.zeros(4), torch.zeros(batch, 16)]
         assert graph(*args) == want and graph.fast_call(args) == want
-    strict = ProfiledGraph([([(1, 0, 2, 2)], Package("p0"))], None, "no profile takes it")
+    assert graph.label([torch.zeros(4), torch.zeros(9, 16)]) == "s=3..16" and graph.at("s=3..16").name == "p1"
+    strict = ProfiledGraph([("s=2..2", [(1, 0, 2, 2)], Package("p0"))], None, "no profile takes it")
     with pytest.raises(InputError, match="no profile takes it"):
         strict(torch.zeros(4), torch.zeros(3, 16))
 
@@ -91,9 +93,9 @@ def test_without_the_generic_package_a_size_outside_every_profile_is_refused(pro
     loaded = aotc.load(path, backend="aoti")
     x = torch.randn(5, 16)
     torch.testing.assert_close(loaded(x), _eager()(x))
-    with pytest.raises(InputError, match=r"lie in no shape profile .*=2\.\.2, .*=3\.\.16\), which was compiled "
-                                         r"without the package for every size \(--no-generic\)"):
-        loaded(torch.randn(17, 16))
+    with pytest.raises(InputError, match=r"lie in no shape profile .*=2\.\.2, .*=3\.\.16, .*=17\.\.32\), which "
+                                         r"was compiled without the package for every size \(--no-generic\)"):
+        loaded(torch.randn(33, 16))
     # compiled again without profiles: the profiles' packages go, the generic one is back
     again = aotc.compile(path)
     assert sorted(f.path for f in again.manifest.files if f.kind == "compiled") == ["compiled/cpu/inference.pt2"]
@@ -144,7 +146,7 @@ def test_a_joint_bundle_steps_with_each_profile_as_on_fx(sample_bundles, tmp_pat
     shutil.copytree(sample_bundles[("mlp", "joint")][0], path)
     aotc.compile(path, profiles=PROFILES)
     compiled, fx = aotc.load(path, backend="aoti", mode="train"), aotc.load(path, backend="fx", mode="train")
-    for step, batch in enumerate((2, 5, 16, 17)):
+    for step, batch in enumerate((2, 5, 16, 17, 40)):
         x = torch.randn(batch, 16)
         torch.manual_seed(step)
         got = compiled.train_step(x.clone())
@@ -154,7 +156,7 @@ def test_a_joint_bundle_steps_with_each_profile_as_on_fx(sample_bundles, tmp_pat
             torch.testing.assert_close(compiled.state_dict()[name], value, msg=lambda m: f"step {step}, {name}: {m}")
 
 
-@pytest.mark.parametrize("batch", [2, 5])
+@pytest.mark.parametrize("batch", [2, 5, 20, 40])
 def test_cpp_train_steps_with_each_profile_are_pythons(sample_bundles, cpp_build, tmp_path, batch):
     from safetensors.torch import load_file, save_file
 
@@ -174,10 +176,57 @@ def test_cpp_train_steps_with_each_profile_are_pythons(sample_bundles, cpp_build
         assert torch.equal(value, python.state_dict()[name]), name
 
 
-def test_a_forward_and_backward_bundle_is_refused_by_name_for_now(sample_bundles):
-    path, _ = sample_bundles[("mlp", "autograd")]
-    with pytest.raises(InputError, match="forward, backward graphs, which cannot be compiled for shape profiles yet"):
-        aotc.compile(path, profiles=("x:0=2",))
+@pytest.fixture(scope="module")
+def autograd_profiled(sample_bundles, tmp_path_factory):
+    """mlp's forward+backward bundle compiled with PROFILES: each profile a forward package
+    and a backward package."""
+    path = tmp_path_factory.mktemp("profiles-autograd") / "b"
+    shutil.copytree(sample_bundles[("mlp", "autograd")][0], path)
+    aotc.compile(path, profiles=PROFILES)
+    return path
+
+
+def test_each_backward_runs_the_profile_its_forward_ran(autograd_profiled, monkeypatch):
+    """Forwards at sizes in two profiles and the generic package, then one backward through
+    all three: each backward runs its forward's profile, and gradients are the fx graphs'."""
+    from aotc.exporters.aoti_profiles import ProfiledGraph
+
+    ran = []
+    at = ProfiledGraph.at
+    monkeypatch.setattr(ProfiledGraph, "at", lambda graph, label: ran.append(label) or at(graph, label))
+    results = {}
+    for backend in ("aoti", "fx"):
+        loaded = aotc.load(autograd_profiled, backend=backend, mode="train")
+        torch.manual_seed(0)
+        outs = [loaded(torch.randn(batch, 16)) for batch in (2, 7, 40)]
+        (outs[0].sum() + (outs[1] ** 2).sum() + outs[2].mean()).backward()
+        results[backend] = [o.detach() for o in outs] + [p.grad for p in loaded.parameters()]
+    labels = [label for label in ran[:3]]
+    assert [label.split("=")[1] if label else None for label in labels] == ["2..2", "3..16", None]
+    assert sorted(ran[3:], key=str) == sorted(labels, key=str)  # each backward, its forward's package
+    for got, want in zip(results["aoti"], results["fx"], strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("batch", [2, 20, 40])
+def test_cpp_forward_and_backward_with_profiles_are_pythons(autograd_profiled, cpp_build, tmp_path, batch):
+    from safetensors.torch import load_file, save_file
+
+    loaded = aotc.load(autograd_profiled, backend="aoti", mode="train")
+    x = torch.randn(batch, 16)
+    torch.manual_seed(3)
+    out = loaded(x.clone())
+    grad = torch.randn(out.shape)
+    out.backward(grad)
+    save_file({"x": x}, tmp_path / "in.safetensors")
+    save_file({"output[0]": grad}, tmp_path / "grad.safetensors")
+    result = aotc_run(autograd_profiled, "--inputs", tmp_path / "in.safetensors", "--seed", 3, "--backward",
+                      tmp_path / "grad.safetensors", "--output", tmp_path / "out.safetensors")
+    assert result.returncode == 0, result.stderr
+    cpp = load_file(tmp_path / "out.safetensors")
+    assert torch.equal(cpp["output[0]"], out.detach())
+    for fqn, p in loaded.named_parameters():
+        assert torch.equal(cpp[f"grad:{fqn}"], p.grad), fqn
 
 
 def test_inspect_and_verify_show_every_profile(profiled):
@@ -193,7 +242,55 @@ def test_inspect_and_verify_show_every_profile(profiled):
     symbol = aotc.Bundle.open(path).metadata.user_inputs[0].dynamic_dims["0"].symbol
     # each profile at its ends and its middle (one size: once)
     assert {a for a in checked if "_p" in a} == {f"aoti/cpu inference_p0.pt2 at {symbol}=2"} | {
-        f"aoti/cpu inference_p1.pt2 at {symbol}={n}" for n in (3, 9, 16)}
+        f"aoti/cpu inference_p1.pt2 at {symbol}={n}" for n in (3, 9, 16)} | {
+        f"aoti/cpu inference_p2.pt2 at {symbol}={n}" for n in (17, 24, 32)}
+
+
+# three profiles on each transformer's dynamic batch, beside the generic package (issue 50)
+THREE = {"tiny_transformer": (("tokens:0=2", "tokens:0=3..8", "tokens:0=9..32"), (2, 5, 20, 40)),
+         "gpt_small": (("tokens:0=1", "tokens:0=2..4", "tokens:0=5..16"), (1, 3, 10, 20))}
+
+
+@pytest.fixture(scope="module", params=sorted(THREE))
+def transformer_profiled(request, sample_bundles, tmp_path_factory):
+    name = request.param
+    path = tmp_path_factory.mktemp(f"profiles-{name}") / "b"
+    if (name, "inference") in sample_bundles:
+        shutil.copytree(sample_bundles[(name, "inference")][0], path)
+    else:  # gpt_small declares no dynamic dim
+        result = invoke("export", f"sample_models/{name}.py", "--dynamic", "tokens:0", "-o", path)
+        assert result.exit_code == 0, result.stderr
+    aotc.compile(path, profiles=THREE[name][0])
+    return name, path
+
+
+def test_transformers_with_three_profiles_are_eager_and_cpp_is_python(transformer_profiled, cpp_build, tmp_path,
+                                                                     monkeypatch):
+    """At a batch in each profile and one the generic package takes: eager's logits, and the
+    C++ runtime's bitwise."""
+    from safetensors.torch import load_file, save_file
+
+    from aotc.exporters.aoti_profiles import ProfiledGraph
+
+    name, path = transformer_profiled
+    sample = fresh_sample(name)
+    eager, (example,) = sample.module.eval(), sample.args
+    ran = []
+    label = ProfiledGraph.label
+    monkeypatch.setattr(ProfiledGraph, "label", lambda graph, args: ran.append(label(graph, args)) or ran[-1])
+    loaded = aotc.load(path, backend="aoti")
+    for batch in THREE[name][1]:
+        tokens = torch.randint(0, int(example.max()) + 1, (batch, example.shape[1]), generator=torch.Generator().manual_seed(batch))
+        got = loaded(tokens)
+        with torch.no_grad():
+            torch.testing.assert_close(got, eager(tokens), msg=lambda m: f"batch {batch}: {m}")
+        save_file({"tokens": tokens}, tmp_path / "in.safetensors")
+        result = aotc_run(path, "--inputs", tmp_path / "in.safetensors", "--output", tmp_path / "out.safetensors")
+        assert result.returncode == 0, result.stderr
+        (cpp,) = [v for k, v in load_file(tmp_path / "out.safetensors").items() if not k.startswith("after:")]
+        assert torch.equal(cpp, got), f"batch {batch}"
+    spans = [p.split("=")[1] for p in THREE[name][0]]
+    assert [r.split("=")[1] if r else None for r in ran] == [s if ".." in s else f"{s}..{s}" for s in spans] + [None]
 
 
 def _cpp_outputs(path, x, tmp_path):
@@ -207,7 +304,7 @@ def _cpp_outputs(path, x, tmp_path):
     return out
 
 
-@pytest.mark.parametrize("batch", [2, 9, 17])
+@pytest.mark.parametrize("batch", [2, 9, 17, 40])
 def test_the_cpp_runtime_picks_the_profile_python_picks(profiled, cpp_build, tmp_path, batch):
     """Bitwise Python's outputs at sizes in each profile and outside both (the generic package)."""
     x = torch.randn(batch, 16)
@@ -225,5 +322,5 @@ def test_the_cpp_runtime_refuses_sizes_outside_every_profile_without_the_generic
     out = _cpp_outputs(alone, x, tmp_path)
     assert not isinstance(out, str), out
     assert torch.equal(out, aotc.load(alone, backend="aoti")(x))
-    refused = _cpp_outputs(alone, torch.randn(17, 16), tmp_path)
+    refused = _cpp_outputs(alone, torch.randn(33, 16), tmp_path)
     assert isinstance(refused, str) and "lie in no shape profile of the inference graph" in refused

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from aotc.bundle.schema import GraphSignature, ProgramMeta
-from aotc.errors import GraphRunError, ModeError
+from aotc.errors import BundleError, GraphRunError, ModeError
 
 Graph = Callable[..., tuple]
 
@@ -39,6 +39,9 @@ class TrainingGraphs:
     # forward output position -> (primal, offset, size, stride): outputs of custom
     # autograd.Functions that view that input in eager, returned as such views
     input_views: dict[int, tuple] | None = None
+    # compiled for shape profiles (exporters/aoti_profiles.py): the forward picks a profile by
+    # the inputs' sizes, and the backward runs that profile's package
+    profiled: bool = False
 
     @classmethod
     def build(cls, forward: Graph, backward: Graph, fw: GraphSignature, bw: GraphSignature,
@@ -70,8 +73,13 @@ class TrainingGraphs:
             for o in (meta.outputs if meta is not None else [])
             if o.output_type == "custom_function_view" and o.base_idx is not None
         }
+        profiled = hasattr(forward, "at")
+        if profiled and getattr(backward, "labels", None) != forward.labels:
+            raise BundleError(f"the forward graph is compiled for shape profiles {forward.labels} and the backward "
+                              f"for {getattr(backward, 'labels', [])}: each profile needs both. Compile the bundle "
+                              "again with its profiles (aotc compile BUNDLE --profile ...).")
         return cls(forward, backward, num_visible, tangent_outputs, backward_inputs, grad_targets, mutated_primals,
-                   reached_from, input_views or None)
+                   reached_from, input_views or None, profiled)
 
 
 class GraphFunction(torch.autograd.Function):
@@ -82,7 +90,8 @@ class GraphFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, graphs: TrainingGraphs, stash: list, *primals):
-        outs = graphs.forward(*primals)
+        ctx.profile = graphs.forward.label(primals) if graphs.profiled else None
+        outs = (graphs.forward.at(ctx.profile) if graphs.profiled else graphs.forward)(*primals)
         visible, saved = outs[: graphs.num_visible], outs[graphs.num_visible :]
         if graphs.input_views:
             # as eager's Function did: a view of the input, whose grad_fn is this Function's
@@ -138,7 +147,7 @@ class GraphFunction(torch.autograd.Function):
                     g = torch.zeros(shape, dtype=dtype, device=device)
                 args.append(g.contiguous())
         try:
-            outs = graphs.backward(*args)
+            outs = (graphs.backward.at(ctx.profile) if graphs.profiled else graphs.backward)(*args)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise GraphRunError(f"the backward graph failed at run time: {type(e).__name__}: {first}") from e

@@ -26,6 +26,8 @@ def with_constants(graph: Graph, signature: GraphSignature, stored: dict, device
     constants = [stored[s.target].to(device) for s in signature.inputs if s.role == "constant"]
     if not constants:
         return graph
+    if hasattr(graph, "at"):  # shape profiles (exporters/aoti_profiles.py): each package takes them
+        return graph.map(lambda g: with_constants(g, signature, stored, device))
     return lambda *args: graph(*args, *constants)
 
 

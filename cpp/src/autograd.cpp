@@ -36,6 +36,7 @@ void ModuleState::stash_for_backward(const Program& forward, const std::vector<a
     saved.push_back(t);
   }
   backward_pending = true;
+  backward_profile = forward.profile;
 }
 
 std::vector<at::Tensor> Module::backward(const std::vector<at::Tensor>& grad_outputs) {
@@ -48,7 +49,7 @@ std::vector<at::Tensor> Module::backward(const std::vector<at::Tensor>& grad_out
   if (!s.backward_pending) {
     throw ModeError("backward needs a forward call first: each forward's saved activations serve one backward.");
   }
-  Program& p = *it->second;
+  Program& p = it->second->at(s.backward_profile, s.bundle->path);  // the package of the forward's profile
   const Program& forward = *s.programs.at("forward");
   if (grad_outputs.size() != forward.outputs.size()) {
     throw InputError("backward takes one gradient per output (" + std::to_string(forward.outputs.size()) +

@@ -191,6 +191,16 @@ Module Bundle::load(c10::Device device, const LoadOptions& options) const {
     if (kind == "backward") {
       plan_backward(*p, b, constant_index, *state);
       attach_package(*p, b, device, options);
+      // a package per shape profile, run after a forward of that profile (Program::at)
+      for (const auto& [rel, profile] : profile_packages(b, kind, device)) {
+        auto q = std::make_unique<Program>();
+        q->kind = kind;
+        q->sig = p->sig;
+        plan_backward(*q, b, constant_index, *state);
+        attach_package(*q, b, device, options, rel);
+        q->profile = profile;
+        p->profiles.push_back({{}, profile, std::move(q)});
+      }
       state->programs[kind] = std::move(p);
       continue;
     }
@@ -251,6 +261,7 @@ Module Bundle::load(c10::Device device, const LoadOptions& options) const {
       auto q = std::make_unique<Program>();
       wire(*q);
       attach_package(*q, b, device, options, rel);
+      q->profile = profile;
       p->profiles.push_back({size_checks(b, profile), profile, std::move(q)});
     }
     state->programs[kind] = std::move(p);

@@ -225,6 +225,15 @@ Program& Program::pick(const std::vector<at::Tensor>& flat, const std::string& b
   return *this;
 }
 
+Program& Program::at(const std::string& label, const std::string& bundle_path) {
+  if (label.empty()) return *this;
+  for (Profiled& p : profiles) {
+    if (p.label == label) return *p.program;
+  }
+  throw BundleError("Bundle '" + bundle_path + "': the forward graph ran shape profile " + label + ", and the " + kind +
+                    " graph has no package for it; compile the bundle again with its profiles.");
+}
+
 void attach_package(Program& program, const BundleData& b, const c10::Device& device, const LoadOptions& options,
                     const std::string& given) {
   const std::string& kind = program.kind;

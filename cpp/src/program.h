@@ -93,9 +93,12 @@ struct Program {
     std::unique_ptr<Program> program;
   };
   std::vector<Profiled> profiles;
+  std::string profile;  // this program's profile label ("" for the generic package)
 
   // the program to run for these flat user inputs: a profile's, else this one
   Program& pick(const std::vector<at::Tensor>& flat, const std::string& bundle_path);
+  // the program of profile `label` ("": this one): a backward runs its forward's profile
+  Program& at(const std::string& label, const std::string& bundle_path);
 
   ~Program();
 };
@@ -117,6 +120,7 @@ struct ModuleState {
   // a forward+backward bundle: what the last forward left for backward
   std::vector<at::Tensor> saved, visible;  // its saved activations; its outputs (for zero gradients)
   bool backward_pending = false;
+  std::string backward_profile;  // the shape profile that forward ran, whose backward package takes them
 
   // Keep what the backward graph needs from a forward call's outputs, before the epilogue
   // mutates the inputs (an activation saved from a mutated input is copied first).
