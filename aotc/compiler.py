@@ -20,7 +20,6 @@ from typing import Any
 
 from aotc.bundle.files import Bundle
 from aotc.errors import InputError
-from aotc.exporters.aoti_profiles import PROFILED_KINDS
 from aotc.exporters.formats import BuildOptions, GraphCallback, add_artifacts
 from aotc.profiles import bundle_dims
 from aotc.profiles import parse as parse_profiles
@@ -81,8 +80,4 @@ def compile(path: str | Path, devices=("cpu",), *, options: CompileOptions | Non
         raise InputError("generic=False (--no-generic) leaves only the shape profiles' packages, and no profile "
                          "was given: add --profile DIM=LO..HI.")
     profiles = parse_profiles(list(o.profiles), bundle_dims(bundle), f"bundle '{bundle.path}'")
-    others = [k for k in bundle.graph_kinds if k not in PROFILED_KINDS]
-    if profiles and others:
-        raise InputError(f"bundle '{bundle.path}' has {', '.join(others)} graphs, which cannot be compiled for shape "
-                         f"profiles yet (profiles take {', '.join(PROFILED_KINDS)} graphs). Compile it without --profile.")
     return add_artifacts(path, "aoti", devices, options=build, on_graph=report, profiles=profiles, generic=o.generic)

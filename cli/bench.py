@@ -46,13 +46,16 @@ from aotc.cli._common import (
               help="Fresh processes per variant; figures are their medians, with the spread.")
 @click.option("--train", is_flag=True, help="Time whole training steps (forward, backward, SGD step).")
 @click.option("--record", is_flag=True, help="Keep the results in the bundle (records/bench.json) for aotc report.")
+@click.option("--sizes", help="DIM=N,N,...: time a compiled bundle at these sizes of one dynamic dim, in one process "
+              "(5 interleaved rounds): the package it runs there (a shape profile's: aotc compile --profile), its "
+              "generic package alone, and eager (--model; else the fx graph). E.g. --sizes x:0=1,8,64.")
 @trust_option
 @public_key_option
 @json_option
 @debug_option
 @handles_errors
 def bench_command(bundle, suite, models, out, no_train, no_inference, model, backends, baselines, iters, warmup, device, threads,
-                  repeats, train, record, trusted, public_keys, as_json, debug):
+                  repeats, train, record, sizes, trusted, public_keys, as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
 
@@ -68,6 +71,7 @@ def bench_command(bundle, suite, models, out, no_train, no_inference, model, bac
       aotc bench bundles/tiny_transformer --model sample_models/tiny_transformer.py
       aotc bench bundles/mlp-fb --baselines none --train --json
       aotc bench --suite --models bert,resnet --repeats 3
+      aotc bench bundles/resnet --sizes pixel_values:0=1,8,32 --model resnet.py
     """
     if suite:
         if no_train and no_inference:
@@ -76,6 +80,8 @@ def bench_command(bundle, suite, models, out, no_train, no_inference, model, bac
     if bundle is None:
         raise click.UsageError("name a BUNDLE to time, or --suite.")
     threads, iters = threads or 1, iters or 200
+    if sizes:
+        return _sizes(bundle, sizes, model, threads, device, trusted, public_keys, as_json)
     from aotc.tools.bench import BASELINES
     from aotc.tools.bench import as_json as results_json
     from aotc.tools.bench import bench
@@ -118,6 +124,41 @@ def bench_command(bundle, suite, models, out, no_train, no_inference, model, bac
         out.print(f"{iters} timed calls per variant after {warmup} warm-up calls; ratios > 1 mean faster.")
     if wrong:
         raise click.exceptions.Exit(_say_wrong(wrong, out))
+
+
+def _sizes(bundle, sizes: str, model, threads: int, device: str, trusted, public_keys, as_json: bool) -> None:
+    """--sizes: each size's package and times (aotc/tools/bench_sizes.py); exit code 1 where a
+    variant's outputs differ from the reference's."""
+    import dataclasses
+
+    from rich.table import Table
+
+    from aotc.tools.bench_sizes import bench_sizes
+
+    out = console()
+    with step_progress(out) as progress:
+        task = progress.add_task("loading", total=None)
+        results = bench_sizes(bundle, sizes, model=model, threads=threads, device=device, trusted=trusted,
+                              public_keys=public_keys,
+                              on_size=lambda dim, n: progress.reset(task, description=f"timing {dim}={n}", total=None))
+    if as_json:
+        emit_json({"bundle": str(bundle), "device": device, "threads": threads,
+                   "sizes": [dataclasses.asdict(r) | {"speedup": r.speedup} for r in results]})
+    else:
+        names = list(dict.fromkeys(n for r in results for n in [*r.ms, *r.wrong]))
+        table = Table(title=f"bench {bundle} at {results[0].dim} = {sizes.partition('=')[2]} ({device}, {threads} "
+                            f"thread{'s' if threads > 1 else ''}; ms per call, median of 5 rounds)", title_justify="left")
+        for col in ("size", "package", *names, "vs\ngeneric"):
+            table.add_column(col, justify="right" if col not in ("package",) else "left")
+        for r in results:
+            cells = [f"{r.ms[n]:.3f}" if n in r.ms else "[red]WRONG[/red]" for n in names]
+            table.add_row(str(r.size), r.package, *cells, f"{r.speedup:.2f}x" if r.speedup else "-")
+        out.print(table)
+    wrong = [f"{r.dim}={r.size}, {name}: {why}" for r in results for name, why in r.wrong.items()]
+    for line in wrong:
+        out.print(f"[red]WRONG {line}[/red]")
+    if wrong:
+        raise click.exceptions.Exit(1)
 
 
 def _say_wrong(wrong, out) -> int:

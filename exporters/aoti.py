@@ -36,7 +36,7 @@ from aotc.exporters.aoti_frozen import (
     small_linears_only,
     updated_buffers,
 )
-from aotc.exporters.aoti_profiles import ProfiledGraph, parse_build, size_checks
+from aotc.exporters.aoti_profiles import ProfiledGraph, narrows, parse_build, size_checks  # noqa: F401 (narrows: add_artifacts)
 from aotc.exporters.formats import BuildOptions, Built, built_only
 from aotc.exporters.weight_fold import FoldError
 from aotc.runtime.cuda_graphs import CudaGraphRun
@@ -137,13 +137,18 @@ def input_layouts(bundle, kind: str) -> list | None:
     ]
 
 
-def load_graph(bundle, kind: str, device: torch.device, cuda_graphs=None) -> CompiledGraph | ProfiledGraph:
+def load_graph(bundle, kind: str, device: torch.device, cuda_graphs=None,
+               profiles: bool = True) -> CompiledGraph | ProfiledGraph:
     """The compiled graph: its package, or where it was compiled for shape profiles, each
-    profile's package and the generic one if any, picked per call by the inputs' sizes."""
+    profile's package and the generic one if any, picked per call by the inputs' sizes
+    (`profiles=False`: the generic package alone)."""
     profiled = sorted((f for f in bundle.manifest.files if f.kind == FILE_KIND and f.graph == kind
                        and f.device == device.type and f.path != artifact_path(kind, device.type)),
                       key=lambda f: int(f.path.removesuffix(".pt2").rsplit("_p", 1)[1]))
-    if not profiled:
+    if not profiles and profiled and bundle.manifest.file(artifact_path(kind, device.type)) is None:
+        raise BundleError(f"Bundle '{bundle.path}' was compiled for shape profiles alone (--no-generic): its {kind} "
+                          f"graph has no generic package to run with profiles=False.")
+    if not profiled or not profiles:
         return _load_package(bundle, kind, device, artifact_path(kind, device.type), cuda_graphs)
     generic = bundle.manifest.file(artifact_path(kind, device.type))
     graphs = []

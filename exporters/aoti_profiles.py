@@ -17,9 +17,15 @@ import torch
 from aotc.errors import AotcError, InputError
 from aotc.profiles import Profile
 
-# graph kinds compiled for profiles; the backward's inputs are the forward's outputs, whose
-# sizes follow the forward's
-PROFILED_KINDS = ("inference", "joint", "forward", "backward")
+
+def narrows(bundle, kind: str, profile: Profile) -> bool:
+    """Whether the `kind` graph's own inputs have a dynamic dim the profile names. Where none
+    has (a decode graph, compiled for one token already), the graph gets no package for the
+    profile, and its one package serves every call."""
+    program = bundle.metadata.programs.get("forward" if kind == "backward" else kind)
+    symbols = {d.symbol for i in (program.inputs if program else []) if i.kind == "user_input" and i.tensor
+               for d in i.tensor.dynamic_dims.values()}
+    return any(s in symbols for s, _, _ in profile.ranges)
 
 
 def example_sizes(bundle, profile: Profile) -> dict[str, int]:
@@ -34,9 +40,6 @@ def example_sizes(bundle, profile: Profile) -> dict[str, int]:
 
 def narrowed(bundle, kind: str, program, profile: Profile, examples: list):
     """`program` (the bundle's `kind` graph) exported again on `examples` with the profile's ranges."""
-    if kind not in PROFILED_KINDS:
-        raise AotcError(f"the {kind} graph of '{bundle.path}' cannot be compiled for shape profiles yet: profiles "
-                        f"take {', '.join(PROFILED_KINDS)} graphs. Compile this bundle without --profile.")
     ranges = {d.symbol: (d.min, d.max) for m in bundle.metadata.user_inputs for d in m.dynamic_dims.values()}
     dims: dict[str, object] = {}
 

@@ -127,9 +127,11 @@ def add_artifacts(path: str | Path, name: str, devices: Sequence[str] = ("cpu",)
     kinds = list(kinds or bundle.graph_kinds)
 
     def jobs(kind: str, device) -> list[tuple[str, BuildOptions]]:
-        plain = [(fmt.artifact_path(kind, device.type), options)] if generic else []
-        return plain + [(fmt.profile_path(kind, device.type, k), dataclasses.replace(options, profile=p))
-                        for k, p in enumerate(profiles)]
+        # a graph no profile narrows (a decode graph's one token) keeps its one package
+        narrowed = [(fmt.profile_path(kind, device.type, k), dataclasses.replace(options, profile=p))
+                    for k, p in enumerate(profiles) if fmt.narrows(bundle, kind, p)]
+        plain = [(fmt.artifact_path(kind, device.type), options)] if generic or not narrowed else []
+        return plain + narrowed
 
     def add(writer: BundleWriter) -> None:
         for device in targets:

@@ -157,16 +157,30 @@ def test_greedy_generation_equals_eager_generate_from_folder(folders, gpt2_gener
 
 
 @pytest.mark.slow
-def test_generation_runs_on_aoti(folders, gpt2_generation, tmp_path):
+def test_generation_runs_on_aoti(folders, gpt2_generation, tmp_path, monkeypatch):
+    """Compiled with a shape profile of short prompts beside the generic package: a prompt of
+    3 tokens prefills with the profile's package, one of 12 with the generic one, and decode
+    (one token, compiled for that already) keeps its one package; tokens are eager's."""
+    from aotc.exporters.aoti_profiles import ProfiledGraph
+
     out, _ = gpt2_generation
     compiled = tmp_path / "b"
     shutil.copytree(out, compiled)
-    aotc.compile(compiled)
+    bundle = aotc.compile(compiled, profiles=("input_ids:1=2..8",))
+    assert sorted(f.path for f in bundle.manifest.files if f.kind == "compiled") == [
+        "compiled/cpu/decode.pt2", "compiled/cpu/prefill.pt2", "compiled/cpu/prefill_p0.pt2"]
+    ran = []
+    label = ProfiledGraph.label
+    monkeypatch.setattr(ProfiledGraph, "label", lambda graph, args: ran.append(label(graph, args)) or ran[-1])
     module = aotc.load(compiled, backend="aoti")
     eager = _auto(folders["gpt2"], "AutoModelForCausalLM")
-    ids = torch.tensor([[7, 8, 9]])
-    want = eager.generate(ids, max_new_tokens=16, do_sample=False, attention_mask=torch.ones_like(ids))
-    assert aotc.generate(module, ids, 16).tolist() == want.tolist()
+    wants = []
+    for prompt in ([7, 8, 9], list(range(3, 15))):
+        ids = torch.tensor([prompt])
+        wants.append(eager.generate(ids, max_new_tokens=16, do_sample=False, attention_mask=torch.ones_like(ids)))
+        assert aotc.generate(module, ids, 16).tolist() == wants[-1].tolist()
+    assert [r.split("=")[1] if r else None for r in ran] == ["2..8", None]  # prefill alone picks
+    want = wants[0]
     result = CliRunner().invoke(cli, ["run", str(compiled), "--prompt-ids", "7,8,9", "--max-new-tokens", "16", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

@@ -324,3 +324,50 @@ def test_the_cpp_runtime_refuses_sizes_outside_every_profile_without_the_generic
     assert torch.equal(out, aotc.load(alone, backend="aoti")(x))
     refused = _cpp_outputs(alone, torch.randn(33, 16), tmp_path)
     assert isinstance(refused, str) and "lie in no shape profile of the inference graph" in refused
+
+
+def test_load_without_profiles_runs_the_generic_package(profiled, monkeypatch):
+    from aotc.exporters.aoti_profiles import ProfiledGraph
+
+    picked = []
+    monkeypatch.setattr(ProfiledGraph, "pick", lambda graph, args: picked.append(args) or None)
+    loaded = aotc.load(profiled[0], backend="aoti", profiles=False)
+    x = torch.randn(2, 16)
+    torch.testing.assert_close(loaded(x), _eager()(x))
+    assert picked == []  # no ProfiledGraph in the way
+
+
+def test_load_without_profiles_of_a_bundle_with_no_generic_package_is_refused(profiled, tmp_path):
+    path = tmp_path / "b"
+    shutil.copytree(profiled[0], path)
+    aotc.compile(path, profiles=PROFILES, generic=False)
+    with pytest.raises(BundleError, match="compiled for shape profiles alone .* no generic package to run with "
+                                          "profiles=False"):
+        aotc.load(path, backend="aoti", profiles=False)
+
+
+def test_bench_sizes_times_each_profile_against_the_generic_package_and_eager(profiled):
+    result = invoke("bench", profiled[0], "--sizes", "x:0=2,9,40", "--model", "sample_models/mlp.py", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["sizes"]
+    symbol = aotc.Bundle.open(profiled[0]).metadata.user_inputs[0].dynamic_dims["0"].symbol
+    assert [(r["size"], r["package"], r["reference"]) for r in rows] == [
+        (2, f"{symbol}=2..2", "eager"), (9, f"{symbol}=3..16", "eager"), (40, "generic", "eager")]
+    for r in rows:
+        assert set(r["ms"]) == {"eager", "aotc", "aotc generic"} and not r["wrong"]
+        assert all(lo <= r["ms"][n] <= hi for n, (lo, hi) in r["spread"].items())
+        assert r["speedup"] == pytest.approx(r["ms"]["aotc generic"] / r["ms"]["aotc"])
+    shown = invoke("bench", profiled[0], "--sizes", "x:0=2")  # the table, with the fx graph as reference
+    assert shown.exit_code == 0, shown.stderr
+    text = shown.stdout + shown.stderr  # the table goes where the console writes
+    assert "fx" in text and f"{symbol}=2..2" in text and "generic" in text
+
+
+@pytest.mark.parametrize("sizes, words", [
+    ("y:0=2", "has no dynamic dim 'y:0'; its dynamic dims: x:0"),
+    ("x:0=1", "1 is outside the sizes bundle .* accepts for x:0 \\(2\\.\\.64\\)"),
+    ("x:0=two", "is not DIM=N,N,..."),
+])
+def test_bench_sizes_refuses_a_size_the_bundle_does_not_take(profiled, sizes, words):
+    result = invoke("bench", profiled[0], "--sizes", sizes)
+    assert result.exit_code == 1 and re.search(words, " ".join(result.stderr.split())), result.stderr

@@ -16,7 +16,7 @@ BACKENDS = ("auto", "fx", "aoti", "onnx")  # kept for importers; load() takes fo
 
 
 def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_subclasses=(),
-         public_keys=None, cuda_graphs=False) -> LoadedModule:
+         public_keys=None, cuda_graphs=False, profiles: bool = True) -> LoadedModule:
     """Load the bundle at `path` as an nn.Module that behaves like the eager model.
 
     `mode="eval"` needs an inference graph captured in eval mode; `mode="train"` a
@@ -30,6 +30,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
     `cuda_graphs`: True (or a number of input shapes to record per graph, 8 for True) to
     replay the compiled CUDA packages as CUDA graphs (aotc.runtime.cuda_graphs); refused
     with CudaGraphError where a recording could not replay eager.
+    `profiles=False`: each compiled graph runs its generic package alone, leaving its shape
+    profiles' packages (aotc compile --profile) unused, e.g. to compare them.
     """
     if mode not in MODES:
         raise AotcError(f"mode must be one of {MODES}, not {mode!r}.")
@@ -53,6 +55,8 @@ def load(path, backend: str = "auto", device=None, mode: str = "eval", trusted_s
         extra["cuda_graphs"] = cuda_graph_options(cuda_graphs, device, backend, drawn, str(bundle.path))
     if backend == "aoti" and signed is None:
         tell_native_code_trusted(bundle.path)
+    if backend == "aoti" and not profiles:
+        extra["profiles"] = False
     fmt = formats.get(backend)
     graphs = {kind: fmt.load_graph(bundle, kind, device, **extra) for kind in bundle.graph_kinds}
     try:
