@@ -16,8 +16,10 @@ process at 1 thread, these run side by side:
 Every variant's logits are checked against eager's before anything is timed. Timing is
 interleaved (one round of each variant in turn, the order rotated each round); each figure
 is the median over rounds of the mean time per call within a round, with the rounds'
-min..max beside it. Compile time and bytes on disk are those of each package, with fresh
-aotc and inductor caches.
+min..max beside it. The profile's speedup is the median over rounds of the generic
+package's time over the profile's in the same round (paired, so that the machine's drift
+between rounds cancels), with its quartiles. Compile time and bytes on disk are those of
+each package, with fresh aotc and inductor caches.
 
 Why a profile gains or not, from the generated code: the library calls each package makes
 (GEMMs, convolutions, attention: inductor calls them, it does not write them), the weights
@@ -218,7 +220,10 @@ def measure(case: Case, model, built: dict, rounds: int, say) -> list[dict]:
                "torch_compile_s": compile_s, "max_abs_error": errors,
                "ms": {n: statistics.median(t) for n, t in times.items()},
                "spread": {n: [min(t), max(t)] for n, t in times.items()}}
-        row["profile_over_generic"] = row["ms"]["aotc generic"] / row["ms"]["aotc profile"]
+        # paired: the two packages' times of one round, a few seconds apart, against each other
+        ratios = [g / q for g, q in zip(times["aotc generic"], times["aotc profile"])]
+        row["profile_over_generic"] = statistics.median(ratios)
+        row["ratio_quartiles"] = statistics.quantiles(ratios, n=4)[::2]
         row["library_share"] = library_share(model, args, kwargs)
         k = 0 if size == case.small else 1
         row["code"] = code_facts(Path(built["generic"]["path"]) / "compiled/cpu/inference.pt2",
@@ -238,7 +243,9 @@ def report(results: dict) -> str:
         "compiled twice: generic (one package for the whole range) and with two profiles beside the generic "
         "package, the small size alone (static kernels) and a range around the large size. Every variant's "
         "logits matched eager's (max abs error in the JSON) before timing. Medians of "
-        f"{results['rounds']} interleaved rounds, ms per call, the rounds' min..max in brackets.",
+        f"{results['rounds']} interleaved rounds, ms per call, the rounds' min..max in brackets. The last column "
+        "is the median over rounds of the generic package's time over the profile's in the same round, its "
+        "quartiles in brackets.",
         "",
         "| model | dim | size | eager | torch.compile (static) | aotc generic | aotc profile | profile / generic |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -246,8 +253,9 @@ def report(results: dict) -> str:
     for row in results["rows"]:
         cells = [f"{row['ms'][n]:.2f} [{row['spread'][n][0]:.2f}..{row['spread'][n][1]:.2f}]"
                  for n in ("eager", "torch.compile", "aotc generic", "aotc profile")]
+        q1, q3 = row["ratio_quartiles"]
         lines.append(f"| {row['model']} | {row['dim']} | {row['size']} | " + " | ".join(cells)
-                     + f" | **{row['profile_over_generic']:.2f}x** |")
+                     + f" | **{row['profile_over_generic']:.2f}x** [{q1:.2f}..{q3:.2f}] |")
     lines += ["", "Why, from the generated code of the generic package and the profile that ran: the library "
               "calls each makes (kernels inductor calls and does not write: GEMMs, convolutions, attention), the "
               "weights each packs at load for them and the sizes it packs for, the lines of generated kernels, and the "
