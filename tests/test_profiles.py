@@ -291,6 +291,14 @@ def test_transformers_with_three_profiles_are_eager_and_cpp_is_python(transforme
         assert torch.equal(cpp, got), f"batch {batch}"
     spans = [p.split("=")[1] for p in THREE[name][0]]
     assert [r.split("=")[1] if r else None for r in ran] == [s if ".." in s else f"{s}..{s}" for s in spans] + [None]
+    # new weights reach every package's folded constants
+    with torch.no_grad():
+        for p in eager.parameters():
+            p.mul_(0.9)
+        loaded.load_state_dict(eager.state_dict())
+        for batch in THREE[name][1]:
+            tokens = torch.randint(0, int(example.max()) + 1, (batch, example.shape[1]))
+            torch.testing.assert_close(loaded(tokens), eager(tokens), msg=lambda m: f"new weights, batch {batch}: {m}")
 
 
 def _cpp_outputs(path, x, tmp_path):
@@ -371,3 +379,17 @@ def test_bench_sizes_times_each_profile_against_the_generic_package_and_eager(pr
 def test_bench_sizes_refuses_a_size_the_bundle_does_not_take(profiled, sizes, words):
     result = invoke("bench", profiled[0], "--sizes", sizes)
     assert result.exit_code == 1 and re.search(words, " ".join(result.stderr.split())), result.stderr
+
+
+def test_new_weights_reach_every_profile(profiled):
+    """load_state_dict: each package runs the new weights, at a size in each profile and in
+    the generic package (mlp's take them as inputs; the transformers' test: folded ones)."""
+    loaded = aotc.load(profiled[0], backend="aoti")
+    eager = _eager()
+    with torch.no_grad():
+        for p in eager.parameters():
+            p.mul_(-0.5)
+    loaded.load_state_dict(eager.state_dict())
+    for batch in (2, 9, 20, 40):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(loaded(x), eager(x), msg=lambda m: f"batch {batch}: {m}")
