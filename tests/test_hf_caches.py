@@ -159,7 +159,7 @@ def test_get_seq_length_skips_the_layers_eager_skips():
     CacheLayerMixin; taking the first layer with `keys` gave 0 where eager has 8."""
     from transformers.cache_utils import DummyLayer, DynamicCache, DynamicLayer, LinearAttentionLayer
 
-    from aotc.contract.caches import from_library
+    from aotc.contract.cache_capture import from_library
 
     want = DynamicCache()
     kv = DynamicLayer()
@@ -168,5 +168,28 @@ def test_get_seq_length_skips_the_layers_eager_skips():
     got = from_library(want)
     assert want.get_seq_length() == 8
     assert got.get_seq_length() == 8
+    leaves, spec = pytree.tree_flatten(got)  # and as a bundle returns it, through its treespec
+    assert pytree.tree_unflatten(leaves, spec).get_seq_length() == 8
+
+
+def test_a_layer_with_its_own_get_seq_length_keeps_what_it_gave():
+    """UnlimitedOcr's layers count their prefix beside the window's tokens, in a get_seq_length
+    of their own; following transformers' rule instead gave 0 where eager has 8."""
+    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+
+    from aotc.contract.cache_capture import from_library
+
+    class PrefixLayer(DynamicSlidingWindowLayer):  # a model file's own layer class
+        def __init__(self):
+            super().__init__(sliding_window=4)
+            self.prefix_length = 8
+
+        def get_seq_length(self) -> int:
+            return self.prefix_length + super().get_seq_length()
+
+    want = DynamicCache()
+    want.layers = [PrefixLayer()]
+    got = from_library(want)
+    assert want.get_seq_length() == got.get_seq_length() == 8
     leaves, spec = pytree.tree_flatten(got)  # and as a bundle returns it, through its treespec
     assert pytree.tree_unflatten(leaves, spec).get_seq_length() == 8

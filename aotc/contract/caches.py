@@ -6,14 +6,16 @@ many classes: key/value layers (dynamic, sliding window, static, quantized), lin
 layers (`conv_states[i]`, `recurrent_states[i]`: Mamba, Qwen3-Next, the other hybrids), layers
 holding both, and models' own (DeepSeek-V4's compressor states).
 
-`from_library` turns such a cache into aotc's containers, which keep what the eager
-objects expose and are pytree nodes with a JSON context:
+`cache_capture.from_library` turns such a cache into aotc's containers, which keep what the
+eager objects expose and are pytree nodes with a JSON context:
 
 - `CacheLayer`: the eager layer's class name (`type_name`); each public attribute that
   holds tensors (`keys`, `values`, `conv_states`, `compressed_kv`, ...: a tensor, or a
   dict or list of them) as a pytree child; each plain setting (`sliding_window`,
   `is_initialized`, `conv_kernel_size`: numbers, strings, None, or dicts of them) in the
-  context. All read by attribute, as on the eager layer.
+  context. All read by attribute, as on the eager layer. A layer whose class has its own
+  `get_seq_length` (a model's: UnlimitedOcr's counts its prefix too) keeps what it gave at
+  capture as the setting `get_seq_length`.
 - `KVCache`: the cache's class name, `layers`, and the cache's own tensors and settings
   (`MiniMaxCache.linear_cache`); `len()`, `cache[i] -> (keys, values)`,
   `get_seq_length()` (as transformers computes it), `to_legacy_cache()`.
@@ -29,25 +31,17 @@ Bundles written before layers kept their class (context None): a `DynamicCache`'
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.errors import CaptureError
 
-_SCALARS = (bool, int, float, str, type(None))
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-# attributes of the eager objects that are not the model's results: where they live, and
-# how they were built
-_SKIPPED = {"device", "dtype", "layers", "layer_class_to_replicate"}
-
-
-def _library_class(name: str) -> type | None:
-    mod = sys.modules.get("transformers.cache_utils")
-    return getattr(mod, name, None) if mod is not None else None
+SCALARS = (bool, int, float, str, type(None))  # a setting's values
+# the setting holding what a layer's own get_seq_length gave at capture (no attribute shadows
+# it: the method is found first)
+OWN_SEQ_LENGTH = "get_seq_length"
 
 
 # ----------------------------------------------------------------------- containers
@@ -59,7 +53,7 @@ class _TensorsDevice:
     read as the device the object's tensors are on, which follows the loaded module."""
 
 
-_TENSORS_DEVICE = _TensorsDevice()
+TENSORS_DEVICE = _TensorsDevice()
 
 
 class _Attributes:
@@ -77,7 +71,7 @@ class _Attributes:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        if self._settings.get(name) is _TENSORS_DEVICE:
+        if self._settings.get(name) is TENSORS_DEVICE:
             leaves = [t for t in pytree.tree_leaves(self._tensors) if isinstance(t, torch.Tensor)]
             if not leaves:
                 raise AttributeError(f"'{self._type_name}.{name}' is the device of its tensors, and it holds none")
@@ -100,7 +94,14 @@ class CacheLayer(_Attributes):
 
     def get_seq_length(self) -> int:
         """As transformers' layers compute it: a sliding window or static layer counts the
-        tokens seen (`cumulative_length`), a dynamic one its keys' length."""
+        tokens seen (`cumulative_length`), a dynamic one its keys' length; a layer of a class
+        with its own rule, what that gave at capture."""
+        if OWN_SEQ_LENGTH in self._settings:
+            return self._settings[OWN_SEQ_LENGTH]
+        if OWN_SEQ_LENGTH in self._symbolic:
+            raise AttributeError(f"the get_seq_length of a {self._type_name} layer (its class's own) depended on the "
+                             "input's size when this bundle was captured, so the bundle does not return it; export "
+                             "with a fixed size to keep it")
         if not self._has("keys"):
             raise ValueError(f"a {self._type_name} layer does not track a sequence length")
         if self._has("cumulative_length") or "cumulative_length" in self._symbolic:
@@ -190,66 +191,6 @@ class EncoderDecoderKVCache:
 CACHE_CONTAINERS = (CacheLayer, KVCache, EncoderDecoderKVCache)
 
 
-# ----------------------------------------------------------------------- capture side
-
-
-def _all_tensors(value: Any) -> bool:
-    leaves = pytree.tree_leaves(value)
-    return any(isinstance(x, torch.Tensor) for x in leaves) and all(isinstance(x, torch.Tensor) for x in leaves)
-
-
-def _plain(value: Any) -> bool:
-    if isinstance(value, (*_SCALARS, torch.dtype)):  # a dtype: DeepSeek-V3.2-style indexers' indexer_dtype
-        return True
-    return isinstance(value, dict) and all(isinstance(k, (int, str)) and isinstance(v, _SCALARS)
-                                           for k, v in value.items())
-
-
-def _symbolic(value: Any) -> bool:
-    values = value.values() if isinstance(value, dict) else [value]
-    return any(isinstance(v, _SYMBOLIC) for v in values)
-
-
-def _split(obj: Any) -> tuple[str, dict[str, Any], dict[str, Any], list[str]]:
-    """An eager object's class name, tensor attributes, plain settings and the settings
-    that were symbolic at capture. Other attributes (configs, functions) are not results."""
-    tensors, settings, symbolic = {}, {}, []
-    for name, value in vars(obj).items():
-        if name.startswith("_") or name in _SKIPPED or not name.isidentifier():
-            continue
-        if _symbolic(value):
-            symbolic.append(name)
-        elif _all_tensors(value) and isinstance(value, (torch.Tensor, dict, list, tuple)):
-            tensors[name] = value
-        elif isinstance(value, torch.device):
-            settings[name] = _TENSORS_DEVICE
-        elif _plain(value):
-            settings[name] = value
-    return type(obj).__name__, tensors, settings, symbolic
-
-
-def _cache(cache: Any) -> KVCache:
-    layers = []
-    for layer in getattr(cache, "layers", []):
-        layers.append(CacheLayer(*_split(layer)))
-    type_name, tensors, settings, symbolic = _split(cache)
-    return KVCache(layers, type_name, tensors, settings, symbolic, len(cache))
-
-
-def from_library(value: Any) -> KVCache | EncoderDecoderKVCache | None:
-    """aotc's container for a transformers cache, or None if `value` is not one."""
-    cache = _library_class("Cache")
-    if cache is None or not isinstance(value, cache):
-        return None
-    encoder_decoder = _library_class("EncoderDecoderCache")
-    if encoder_decoder is not None and isinstance(value, encoder_decoder):
-        return EncoderDecoderKVCache(_cache(value.self_attention_cache), _cache(value.cross_attention_cache))
-    if not hasattr(value, "layers"):
-        raise CaptureError(f"the model's output holds a {type(value).__name__} without layers; aotc returns "
-                           "transformers' caches layer by layer. Pass use_cache=False, or drop the cache from the output.")
-    return _cache(value)
-
-
 # ----------------------------------------------------------------------- pytree nodes
 
 
@@ -270,14 +211,14 @@ def _check_name(name: Any, what: str) -> str:
 def _dump_setting(value: Any) -> Any:
     if isinstance(value, torch.dtype):
         return {"dtype": str(value).removeprefix("torch.")}
-    if value is _TENSORS_DEVICE:
+    if value is TENSORS_DEVICE:
         return {"device": "tensors"}
     return {"items": [[k, v] for k, v in value]} if isinstance(value, _FrozenDict) else value
 
 
 def _load_setting(dumped: Any) -> Any:
     if dumped == {"device": "tensors"}:
-        return _TENSORS_DEVICE
+        return TENSORS_DEVICE
     if isinstance(dumped, dict) and set(dumped) == {"dtype"}:
         dtype = getattr(torch, dumped["dtype"], None) if isinstance(dumped["dtype"], str) else None
         if not isinstance(dtype, torch.dtype):
@@ -286,11 +227,11 @@ def _load_setting(dumped: Any) -> Any:
     if isinstance(dumped, dict):
         items = dumped.get("items")
         if set(dumped) != {"items"} or not isinstance(items, list) or not all(
-                isinstance(p, list) and len(p) == 2 and isinstance(p[0], (int, str)) and isinstance(p[1], _SCALARS)
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], (int, str)) and isinstance(p[1], SCALARS)
                 for p in items):
             raise ValueError("a cache setting that is a dict is {'items': [[key, value], ...]}")
         return _FrozenDict((k, v) for k, v in items)
-    if not isinstance(dumped, _SCALARS):
+    if not isinstance(dumped, SCALARS):
         raise ValueError(f"a cache setting is a number, string, None, a dtype or a dict of them, found {dumped!r}")
     return dumped
 

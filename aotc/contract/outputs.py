@@ -34,7 +34,7 @@ from typing import Any, Iterable
 import torch
 
 from aotc._torch_compat import pytree
-from aotc.contract import caches
+from aotc.contract import cache_capture
 from aotc.contract.caches import CACHE_CONTAINERS, CacheLayer, EncoderDecoderKVCache, KVCache  # noqa: F401 (re-exported)
 from aotc.contract.more_outputs import PLAIN_CONTAINERS, library_output
 
@@ -240,7 +240,7 @@ def plain_outputs(value: Any) -> Any:
     if any(cls is not None and isinstance(value, cls) for cls in (model_output, base_output)):
         fields = [f.name for f in getattr(type(value), "__dataclass_fields__", {}).values()] or list(value.keys())
         return ModelOutput(type(value).__name__, fields, ((k, plain_outputs(v)) for k, v in value.items()))
-    cache = caches.from_library(value)
+    cache = cache_capture.from_library(value)
     if cache is not None:
         return cache
     library = library_output(value, plain_outputs)  # torch.return_types, dataclasses, diffusers' Gaussian
