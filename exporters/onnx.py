@@ -209,16 +209,35 @@ class OnnxGraph:
         self._session = session
         self._inputs = [i.name for i in session.get_inputs()]
         self._layouts = layouts
+        # numpy has no bfloat16: such a graph goes through onnxruntime's OrtValues instead
+        self._bfloat16 = any(v.type == "tensor(bfloat16)" for v in [*session.get_inputs(), *session.get_outputs()])
 
     def __call__(self, *args):
-        feeds = {name: a.detach().contiguous().cpu().numpy() for name, a in zip(self._inputs, args)}
-        outs = [torch.from_numpy(o) for o in self._session.run(None, feeds)]
+        tensors = [a.detach().contiguous().cpu() for a in args]
+        if self._bfloat16:
+            outs = self._run_ort_values(tensors)
+        else:
+            feeds = {name: t.numpy() for name, t in zip(self._inputs, tensors)}
+            outs = [torch.from_numpy(o) for o in self._session.run(None, feeds)]
         for i, layout in enumerate(self._layouts):
             if isinstance(layout, tuple) and outs[i].stride() != layout:
                 outs[i] = torch.empty_strided(outs[i].shape, layout, dtype=outs[i].dtype).copy_(outs[i])
             elif isinstance(layout, list) and outs[i].dim() == len(layout) and layout != sorted(layout):
                 outs[i] = torch.empty_permuted(outs[i].shape, layout, dtype=outs[i].dtype).copy_(outs[i])
         return outs
+
+    def _run_ort_values(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        import numpy as np
+        import onnxruntime as ort
+
+        bfloat16 = 16  # onnx.TensorProto.BFLOAT16
+        feeds = {name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(t.view(torch.int16).numpy().view(np.uint16),
+                                                                          bfloat16)
+                 if t.dtype == torch.bfloat16 else ort.OrtValue.ortvalue_from_numpy(t.numpy())
+                 for name, t in zip(self._inputs, tensors)}
+        outs = self._session.run_with_ort_values(None, feeds)
+        return [torch.from_dlpack(o) if o.data_type() == "tensor(bfloat16)" else torch.from_numpy(o.numpy())
+                for o in outs]
 
 
 def _dim_order(value: torch.Tensor) -> list[int] | None:

@@ -310,3 +310,25 @@ def test_lstm_variants_reverse_batch_first_no_bias(tmp_path):
     with torch.no_grad():
         expected = model(x, h0, c0)
     assert _max_abs_error(got, expected) < 1e-5
+
+
+def test_bfloat16_inputs_buffers_and_outputs(tmp_path):
+    """numpy has no bfloat16, so such graphs feed onnxruntime OrtValues (RecurrentGemma keeps a
+    bfloat16 buffer; feeding it as a numpy array crashed with a TypeError)."""
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.linspace(0.5, 2.0, 4, dtype=torch.bfloat16))
+
+        def forward(self, x):  # onnxruntime's CPU kernels compute little in bfloat16: it casts
+            y = x.float() * self.scale.float()
+            return y.bfloat16(), y.sum(-1)
+
+    model = Mixed().eval()
+    x = torch.randn(3, 4).bfloat16()
+    path = aotc.export(model, (x,), tmp_path / "b").path
+    add_to_bundle(path)
+    got, want = aotc.load(path, backend="onnx")(x), model(x)
+    assert [g.dtype for g in got] == [torch.bfloat16, torch.float32]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
