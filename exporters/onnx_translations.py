@@ -87,9 +87,15 @@ def _is_all_true(x):
 
 
 def _rsub_scalar(x, other, alpha=1.0):
-    """`aten.rsub.Scalar`: other - alpha * x."""
+    """`aten.rsub.Scalar`: other - alpha * x, in the dtype torch gives it: an integer tensor
+    with a float scalar in float32 (torch's default dtype; ProphetNet's `1.0 - mask` of an
+    int64 mask), not in the tensor's dtype."""
+    from onnxscript import ir
     from onnxscript import opset18 as op
 
+    floats = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    if x.dtype not in floats and (isinstance(other, float) or (isinstance(alpha, float) and not alpha.is_integer())):
+        x = op.Cast(x, to=ir.DataType.FLOAT)
     scaled = x if alpha == 1 else op.Mul(x, op.CastLike(op.Constant(value_float=float(alpha)), x))
     return op.Sub(op.CastLike(op.Constant(value_float=float(other)), x), scaled)
 

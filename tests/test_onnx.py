@@ -332,3 +332,18 @@ def test_bfloat16_inputs_buffers_and_outputs(tmp_path):
     assert [g.dtype for g in got] == [torch.bfloat16, torch.float32]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+class InvertedMask(torch.nn.Module):
+    def forward(self, mask):  # ProphetNet: (1.0 - mask) * min, of an int64 mask; and int - int stays int
+        return (1.0 - mask) * torch.finfo(torch.float32).min, 1 - mask
+
+
+def test_rsub_of_an_integer_tensor_takes_torchs_dtype(tmp_path):
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    path = aotc.export(InvertedMask(), (mask,), tmp_path / "b").path
+    ops = {str(n.target) for n in aotc.Bundle.open(path).exported_program("inference").graph.nodes}
+    assert "aten.rsub.Scalar" in ops
+    add_to_bundle(path)
+    for got, want in zip(aotc.load(path, backend="onnx")(mask), InvertedMask()(mask)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
