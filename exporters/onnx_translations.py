@@ -54,6 +54,9 @@ def _attention(query, key, value, dropout_p: float = 0.0, is_causal: bool = Fals
     from onnxscript import opset18 as op
     from onnxscript.function_libs.torch_lib.ops.nn import aten__scaled_dot_product_flash_attention_for_cpu
 
+    heads, kv_heads = query.shape[1], key.shape[1]  # torch's kernel shares each key head among a group (GQA)
+    if isinstance(heads, int) and isinstance(kv_heads, int) and heads != kv_heads:
+        key, value = _repeat_heads(key, heads // kv_heads), _repeat_heads(value, heads // kv_heads)
     result, logsumexp = aten__scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask, scale=scale
     )
@@ -64,6 +67,25 @@ def _attention(query, key, value, dropout_p: float = 0.0, is_causal: bool = Fals
     sees_a_key = op.ReduceMax(op.Cast(allowed, to=ir.DataType.FLOAT), op.Constant(value_ints=[-1]), keepdims=1)
     zero = op.CastLike(op.Constant(value_float=0.0), result)
     return op.Where(op.Greater(sees_a_key, op.Constant(value_float=0.0)), result, zero), logsumexp
+
+
+def _repeat_heads(x, times: int):
+    """(batch, heads, length, dim) -> (batch, heads * times, length, dim), each head `times`
+    over in a row (torch's repeat_interleave on dim 1), for dynamic batch and length."""
+    from onnxscript import ir
+    from onnxscript import opset18 as op
+
+    def ints(*values):
+        return op.Constant(value_ints=list(values))
+
+    shape = op.Shape(x)
+    batch_heads, length_dim = op.Slice(shape, ints(0), ints(2)), op.Slice(shape, ints(2), ints(4))
+    repeated = op.Expand(op.Unsqueeze(x, ints(2)), op.Concat(batch_heads, ints(times), length_dim, axis=0))
+    heads = op.Mul(op.Slice(shape, ints(1), ints(2)), ints(times))
+    out = op.Reshape(repeated, op.Concat(op.Slice(shape, ints(0), ints(1)), heads, length_dim, axis=0))
+    out.dtype = x.dtype  # what the attention translation reads of its inputs
+    out.shape = ir.Shape([x.shape[0], x.shape[1] * times, x.shape[2], x.shape[3]])
+    return out
 
 
 def _safe_softmax(x, dim: int, dtype: int = -1):

@@ -347,3 +347,22 @@ def test_rsub_of_an_integer_tensor_takes_torchs_dtype(tmp_path):
     add_to_bundle(path)
     for got, want in zip(aotc.load(path, backend="onnx")(mask), InvertedMask()(mask)):
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+class GroupedQueryAttention(torch.nn.Module):
+    def forward(self, q, k, v):  # Sapiens2's: 4 query heads share 2 key/value heads
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def test_grouped_query_attention_shares_key_heads_as_torch_does(tmp_path):
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    path = aotc.export(GroupedQueryAttention(), (q, k, v), tmp_path / "b",
+                       dynamic_shapes=({0: batch}, {0: batch}, {0: batch})).path
+    ops = {str(n.target) for n in aotc.Bundle.open(path).exported_program("inference").graph.nodes}
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in ops
+    add_to_bundle(path)
+    loaded = aotc.load(path, backend="onnx")
+    for n in (2, 3):
+        args = (torch.randn(n, 4, 5, 8), torch.randn(n, 2, 5, 8), torch.randn(n, 2, 5, 8))
+        torch.testing.assert_close(loaded(*args), GroupedQueryAttention()(*args))
