@@ -37,8 +37,9 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
     # RT-DETR's query selection, as D-FINE's (torch.onnx's own ONNX of rt_detr is silently 3.31 off)
     **{(f"transformers/{f}/*", "onnx"): _TIES for f in ("rt_detr", "rt_detr_v2", "pp_doclayout_v3", "pp_doclayout_v4")},
     ("transformers/vjepa2/*", "fwd+bwd"): (
-        "target = target.repeat(B, max_patch_num, 1)",
-        "its predictor repeats the targets a number of times read from the masks' values; torch.export takes "
+        "VJEPA2Model cannot be captured whole",
+        "its predictor repeats the targets a number of times read from the masks' values (modeling_vjepa2.py: "
+        "`target.repeat(B, max_patch_num, 1)`); torch.export takes "
         "the training-mode forward, but AOTAutograd's trace of its backward guards on that count "
         "(GuardOnDataDependentSymNode: Eq(u0, 0)): a backward torch cannot trace"),
     ("diffusers/AutoencoderKLMochi", "fwd+bwd"): (
