@@ -227,12 +227,10 @@ class OnnxGraph:
         return outs
 
     def _run_ort_values(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        import numpy as np
         import onnxruntime as ort
 
-        bfloat16 = 16  # onnx.TensorProto.BFLOAT16
-        feeds = {name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(t.view(torch.int16).numpy().view(np.uint16),
-                                                                          bfloat16)
+        bfloat16 = 16  # onnx.TensorProto.BFLOAT16: its bits, as numpy's uint16
+        feeds = {name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(t.view(torch.uint16).numpy(), bfloat16)
                  if t.dtype == torch.bfloat16 else ort.OrtValue.ortvalue_from_numpy(t.numpy())
                  for name, t in zip(self._inputs, tensors)}
         outs = self._session.run_with_ort_values(None, feeds)
