@@ -49,7 +49,8 @@ docs: install
 # single-threaded tracing and compiling, so on 2 cores they take about the wall time of the
 # longer one. Its log is printed when both are done; either failing fails.
 # The C++ runtime (make cpp) is built while the second process runs: only the rest needs it.
-# --durations lists the slowest tests, to keep a clean-clone run inside its time budget; the
+# --durations lists the slowest tests, to keep a clean-clone run inside its time budget, and
+# build/junit-*.xml keeps every test's time (setup, call and teardown) for a closer look; the
 # cache layers of real models (tests/test_hf_caches.py) run in the second process too, and so
 # does the benchmark suite's run (it needs neither the C++ runtime nor the sample bundles the
 # rest builds once). On a clean clone the two processes took 23:42 (the rest) and 27:02 (this
@@ -59,9 +60,9 @@ test: install
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 	@mkdir -p build
-	@$(PY) -m pytest -q --durations=10 $(BESIDE) > build/conformance.log 2>&1 & matrix=$$!; \
+	@$(PY) -m pytest -q --durations=10 --junitxml=build/junit-beside.xml $(BESIDE) > build/conformance.log 2>&1 & matrix=$$!; \
 	$(MAKE) --no-print-directory cpp && \
-	$(PY) -m pytest -q --durations=20 $(addprefix --ignore=,$(BESIDE)); main=$$?; \
+	$(PY) -m pytest -q --durations=20 --junitxml=build/junit-main.xml $(addprefix --ignore=,$(BESIDE)); main=$$?; \
 	wait $$matrix; conformance=$$?; \
 	echo "== the conformance matrix and torch's export tests, run beside the rest =="; \
 	cat build/conformance.log; \
