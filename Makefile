@@ -57,6 +57,10 @@ docs: install
 # On a clean clone with two processes, make test took 48:41 (the rest 44:20, the matrix and the
 # export tests 42:54): FULL_ONLY in tests/test_conformance.py and a third of the export suite
 # (make test-full runs them) and the third process are the answer.
+# Each process runs torch on one thread: three on two cores with two OpenMP threads each
+# oversubscribe them (two runs of one conformance cell side by side on one core took 82 s
+# with two threads each, 76 s with one).
+test: export OMP_NUM_THREADS = 1
 MATRIX := tests/test_conformance.py
 SECOND := tests/test_export_suite.py tests/test_hf_caches.py tests/test_bench_suite.py tests/test_docs.py \
 	tests/test_profiles.py tests/test_sweep.py tests/test_hf.py tests/test_hf_folders.py tests/test_onnx.py \
