@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import invoke
@@ -88,3 +91,55 @@ def test_without_eager_the_bundle_reference_is_the_check(sample_bundles):
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)["results"]
     assert rows and all(r["check"] == "pass" for r in rows), rows  # the first step's loss, against export's
+
+
+DROPOUT_MODEL = '''
+import torch
+from torch import nn
+
+
+def build_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 1))
+
+
+def example_inputs():
+    return (torch.randn(4, 8, generator=torch.Generator().manual_seed(1)),)
+
+
+def loss(outputs, x):
+    return outputs.pow(2).mean()
+'''
+
+# one training step of each variant as bench's child builds it, under the seed its first call runs at
+STEP_LOSSES = '''
+import json, sys
+import torch
+from aotc.tools.bench_child import _model_step
+spec = {"bundle": sys.argv[1], "source": sys.argv[2], "device": "cpu", "train": True, "trusted": [],
+        "public_keys": [], "threads": 1}
+losses = {}
+for variant in ("eager", "torch.compile (cold cache)"):
+    step = _model_step({**spec, "variant": variant}, torch.device("cpu"))
+    torch.manual_seed(0)
+    losses[variant] = step().item()
+print(json.dumps(losses))
+'''
+
+
+def test_torch_compile_training_baseline_draws_eager_dropout(tmp_path):
+    """bench's torch.compile children compile as aotc does, with eager's random kernels: a
+    training step's dropout draws eager's mask under eager's seed, so its loss is checked
+    against eager's (inductor's own generator made gpt2's and tiny_transformer's rows WRONG).
+    A subprocess: the setting is inductor's, for the whole process."""
+    model_file = tmp_path / "drop.py"
+    model_file.write_text(DROPOUT_MODEL)
+    bundle = tmp_path / "b"
+    result = invoke("export", model_file, "--autograd", "-o", bundle)
+    assert result.exit_code == 0, result.stderr
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    proc = subprocess.run([sys.executable, "-c", STEP_LOSSES, str(bundle), str(model_file)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    losses = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert losses["torch.compile (cold cache)"] == losses["eager"], losses

@@ -346,5 +346,6 @@ from aotc._torch_compat.inductor import (  # noqa: E402
     inductor_cpp_compiler,
     inductor_cpu_isa,
     inductor_freezing_on,
+    inductor_random_as_eager,
     record_constant_folding,
 )

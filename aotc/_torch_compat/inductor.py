@@ -69,6 +69,16 @@ def inductor_freezing_on() -> None:
     inductor_config.freezing = True
 
 
+def inductor_random_as_eager() -> None:
+    """Make inductor's compiled code draw random numbers with eager's kernels in this
+    process (bench's torch.compile children), as aotc's packages do (fallback_random in
+    exporters/aoti_cache.COMPILE_OPTIONS): a training step's dropout then draws eager's
+    masks under eager's seed, so its loss can be checked against eager's."""
+    import torch._inductor.config as inductor_config  # inductor: only when compiling
+
+    inductor_config.fallback_random = True
+
+
 @contextlib.contextmanager
 def record_constant_folding(on_fold: Callable[..., None]):
     """Call `on_fold(gm, node, constant, name, qualname)` each time inductor's freezing

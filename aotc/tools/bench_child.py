@@ -112,9 +112,11 @@ def _model_step(spec: dict, device):
         model, loss_fn = _eager(spec)
         model = model.to(device).train(train)
         call = model
-        if variant.startswith("torch.compile freezing"):  # weights folded in, as `aotc compile --freeze`
+        if variant.startswith("torch.compile"):
             from aotc import _torch_compat as tc
 
+            tc.inductor_random_as_eager()  # dropout draws eager's masks, as in aotc's packages: checkable
+        if variant.startswith("torch.compile freezing"):  # weights folded in, as `aotc compile --freeze`
             tc.inductor_freezing_on()  # a process of its own: nothing else compiles here
             call = torch.compile(model, dynamic=True if variant.startswith(FROZEN_DYNAMIC) else None)
         elif variant.startswith("torch.compile") and not variant.startswith(WHOLE_STEP):

@@ -293,7 +293,8 @@ def report_md(results: dict) -> str:
         lines += ["## Training steps (speed relative to eager's same step)", "",
                   "Eager's step in torch.optim's for-loop implementation (CPU's default), and the faster of its "
                   "`foreach=True` and `fused=True` ones; `tc`: torch.compile of the model, `tc step`: of the whole "
-                  "step (forward, backward and `optimizer.step()`).", "",
+                  "step (forward, backward and `optimizer.step()`), both with eager's random kernels (inductor's "
+                  "`fallback_random`, as aotc compiles): dropout draws eager's masks, so the loss is checked.", "",
                   "| model | step | eager | eager, best of foreach and fused | aotc | tc | tc step | aotc compile |",
                   "|---|---|---|---|---|---|---|---|"]
         for name, row in trained.items():
