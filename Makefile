@@ -50,9 +50,10 @@ docs: install
 # shape profiles, the sweep's slice: tests that build their own bundles) beside the rest (the
 # tests over the sample and corpus bundles the rest builds once, and compiles in its `compiled`
 # fixture). At aba06c2 the rest took 1506 s, the matrix 1510 s and SECOND 1886 s, the last
-# 6 minutes alone on one core: the benchmark suite's run and test_hf.py moved to the rest. Tracing and compiling are mostly single-threaded, and
-# each process waits at times (a browser, a killed export, a subprocess): with three, both
-# cores stay busy. The other two logs are printed at the end; any failing fails.
+# 6 minutes alone on one core: the benchmark suite's run and test_hf.py moved to the rest.
+# Tracing and compiling are mostly single-threaded, and each process waits at times (a browser,
+# a killed export, a subprocess): with three, both cores stay busy. The other two logs are
+# printed at the end; any failing fails.
 # --durations lists the slowest tests, to keep a clean-clone run inside its time budget, and
 # build/junit-*.xml keeps every test's time (setup, call and teardown) for a closer look.
 # On a clean clone with two processes, make test took 48:41 (the rest 44:20, the matrix and the
