@@ -39,6 +39,7 @@ from aotc.exporters.aoti_frozen import (
 from aotc.exporters.aoti_profiles import ProfiledGraph, narrows, parse_build, size_checks  # noqa: F401 (narrows: add_artifacts)
 from aotc.exporters.formats import BuildOptions, Built, built_only
 from aotc.exporters.weight_fold import FoldError
+from aotc.runtime import heap
 from aotc.runtime.cuda_graphs import CudaGraphRun
 
 FORMAT = "aoti"
@@ -185,6 +186,8 @@ def _load_package(bundle, kind: str, device: torch.device, rel: str, cuda_graphs
     check_compiled_package(path)
     check_hash(bundle.path, entry)
 
+    if device.type == "cpu":
+        heap.keep()  # its buffers stay in the process between calls instead of faulting in anew
     index = device.index if device.index is not None else -1
     workdir = tempfile.mkdtemp(prefix="aotc-load-")
     try:

@@ -283,6 +283,25 @@ def test_the_compiled_step_updates_in_place(fused_bundles):
 
 
 @pytest.mark.slow
+def test_loading_a_cpu_package_keeps_the_heap(fused_bundles):
+    """A compiled step's buffers stay in the process between steps (aotc.runtime.heap): set
+    by the first CPU package a process loads, not before."""
+    import subprocess
+    import sys
+
+    from aotc.runtime import heap
+
+    if not heap._glibc_version():
+        pytest.skip("mallopt's thresholds are glibc's")
+    script = ("import sys, aotc; from aotc.runtime import heap; before = heap._state; "
+              "aotc.load(sys.argv[1], mode='train', backend='aoti'); print(before, heap._state)")
+    proc = subprocess.run([sys.executable, "-c", script, str(fused_bundles["adamw"])], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["None", "kept"]
+
+
+@pytest.mark.slow
 def test_inputs_that_share_memory_with_an_updated_one_are_refused(fused_bundles):
     # the compiled step writes parameters in place, assuming no other input reads that memory
     step = aotc.load(fused_bundles["sgd"], mode="train", backend="aoti")

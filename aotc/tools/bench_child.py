@@ -180,6 +180,10 @@ def _child(spec: dict) -> None:
 
     torch.set_num_threads(spec["threads"])
     device = resolve_device(spec["device"])
+    if device.type == "cpu":  # every variant with the heap aotc's runtime keeps (aotc.runtime.heap), eager too
+        from aotc.runtime import heap
+
+        heap.keep()
     from aotc.tools.bench_raw import raw_step
 
     raw = spec["variant"] == RAW
