@@ -52,10 +52,11 @@ def cmake_args() -> list[str]:
                           text=True).stdout.split()
 
 
-def aotc_run(*args, keys: str | None = None) -> subprocess.CompletedProcess:
+def aotc_run(*args, keys: str | None = None, **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "AOTC_PUBLIC_KEYS"}
     if keys is not None:
         env["AOTC_PUBLIC_KEYS"] = keys
+    env.update(extra_env)
     return subprocess.run([str(AOTC_RUN), *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -127,6 +128,21 @@ def test_inference_outputs_are_bitwise_equal_to_python(inference_bundles, name, 
         assert torch.equal(cpp[n], want), f"{name} {n}: max diff {(cpp[n] - want).abs().max()}"
     for n, value in inputs_after.items():  # an input the call mutated is written as after:NAME
         assert torch.equal(cpp.get(f"after:{n}", value), value), n
+
+
+def test_a_cpu_package_keeps_the_heap_as_python_does(inference_bundles):
+    """The first CPU package keeps glibc's freed heap in the process (aotc/runtime/heap.py,
+    cpp/src/heap.cpp): the same conditions and the same words in either runtime."""
+    from aotc.runtime import heap
+
+    path = inference_bundles["mlp"]
+    expected = "kept" if heap._glibc_version() else "off: not glibc"
+    assert run_json(path, "--check")["heap"] == expected
+    for env, said in [({"AOTC_KEEP_HEAP": "0"}, "off: AOTC_KEEP_HEAP=0"),
+                      ({"MALLOC_TOP_PAD_": "131072"}, "off: the environment sets MALLOC_TOP_PAD_")]:
+        result = aotc_run(path, "--check", "--json", **env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["heap"] == (said if heap._glibc_version() else expected)
 
 
 def test_inplace_sample_mutates_inputs_and_returns_views(inference_bundles, tmp_path):

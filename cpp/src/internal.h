@@ -62,5 +62,8 @@ std::optional<std::string> read_archive_member(const fs::path& archive, const st
 // archive.cpp: refuse an AOTInductor package with members outside what AOTInductor writes
 // (aotc/bundle/archives.py's check_compiled_package, same messages).
 void check_compiled_package(const fs::path& path);
+// heap.cpp: on the first CPU package loaded, keep glibc's freed heap in the process between
+// calls (aotc/runtime/heap.py); aotc::heap_state() says what it did.
+void keep_heap();
 
 }  // namespace aotc::detail

@@ -72,6 +72,7 @@ std::mutex tmpdir_lock;
 
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const fs::path& path, const c10::Device& device,
                                                                       std::string& workdir, bool single_threaded) {
+  if (device.is_cpu()) detail::keep_heap();  // its buffers stay in the process between calls
   fs::path base = fs::temp_directory_path();
   std::string pattern = (base / "aotc-load-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) throw BundleError("cannot make a directory under " + base.string());

@@ -261,6 +261,7 @@ int run(const Options& o) {
   load_options.cuda_graphs = o.cuda_graphs;
   aotc::Module module = bundle.load(device, load_options);
   summary["load_seconds"] = seconds_since(start);
+  summary["heap"] = aotc::heap_state();
   if (o.check) {
     summary["graphs"] = bundle.graph_kinds();
     summary["inputs"] = bundle.input_names();

@@ -73,6 +73,12 @@ class Bundle {
   std::shared_ptr<const BundleData> data_;
 };
 
+// What the first CPU package loaded did with glibc's heap (aotc/runtime/heap.py): "kept"
+// (memory a call frees stays in the process for the next call instead of being faulted in
+// anew), "off: <why>" (AOTC_KEEP_HEAP=0, the environment's own malloc settings, not
+// glibc), or "" before any CPU package was loaded.
+std::string heap_state();
+
 // A call's outputs, named as the bundle's signature names them ("output[0]", "logits", ...).
 struct Outputs {
   std::vector<std::string> names;
