@@ -28,7 +28,7 @@ import torch
 
 import aotc
 from aotc._torch_compat import pytree, torch_minor
-from aotc.errors import AotcError
+from aotc.errors import AotcError, GraphRunError
 from checker import Observation, compare, compare_grads
 from corpus_export import BY_NAME, CASES, TORCH_EXPORT_FAILS
 
@@ -221,15 +221,23 @@ class _SameEosCount(torch.nn.Module):
         return x[eos, :].view(x.size(0), -1, x.size(-1))[:, -1, :]
 
 
-def test_a_program_torch_export_load_cannot_read_back_is_refused_by_name(tmp_path):
+def test_a_program_torch_export_load_cannot_read_back_is_taken(tmp_path):
     """torch.export takes the program, but torch.export.load of what torch.export.save wrote
     fails: it learns u0 == 1 from the graph's own assertion and then cannot find u0 (a torch
-    bug; BART, mBART and BigBird-Pegasus's sequence classifiers in the sweep). aotc refuses by
-    name at export. When torch fixes it, the first check fails: drop the refusal."""
+    bug; BART's, mBART's, BigBird-Pegasus's and the T5 family's sequence classifiers in the
+    sweep). aotc loads it as export left it (aotc._torch_compat.export_load): the bundle gives
+    eager's result, and a call eager's check refuses fails its assertion. When torch fixes
+    the bug, the first check fails: drop the fallback."""
     model, args = _SameEosCount(), (torch.randn(2, 4, 3), torch.tensor([[1, 2, 3, 2], [2, 0, 0, 2]]))
     program = torch.export.export(model, args, strict=False)
     torch.export.save(program, tmp_path / "torch.pt2")
     with pytest.raises(AssertionError, match="expected no unbacked symbols"):
         torch.export.load(tmp_path / "torch.pt2")
-    with pytest.raises(AotcError, match="torch.export.load cannot read back the program torch.export.save writes"):
-        aotc.export(model, (args, {}), tmp_path / "bundle")
+    aotc.export(model, (args, {}), tmp_path / "bundle")
+    loaded = aotc.load(tmp_path / "bundle", backend="fx")
+    assert torch.equal(loaded(*args), model(*args))
+    unequal = (args[0], torch.tensor([[2, 2, 3, 2], [2, 0, 0, 0]]))
+    with pytest.raises(RuntimeError, match="as many <eos> in each row"):
+        model(*unequal)
+    with pytest.raises(GraphRunError, match="Runtime assertion failed for expression Eq"):
+        loaded(*unequal)

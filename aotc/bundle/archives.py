@@ -234,7 +234,7 @@ def load_exported_program(path: Path, saved_by: str | None = None):
     level = log.level
     log.setLevel(logging.CRITICAL)
     try:
-        return torch.export.load(str(path))
+        return tc.export_load(str(path))
     except Exception as e:
         other = (f" It was saved by torch {saved_by}, this is torch {torch.__version__}: export the model again "
                  "under this torch (aotc export)." if saved_by and saved_by != torch.__version__ else "")

@@ -161,7 +161,7 @@ def reexport(fn, example_inputs: list[torch.Tensor], fake_vals: list[Any], kind:
             return program
         try:
             buffer.seek(0)
-            torch.export.load(buffer)
+            tc.export_load(buffer)
         except Exception as e:
             raise CaptureError(
                 f"the captured {kind} graph has sizes that depend on data ({', '.join(unbacked)}), and "

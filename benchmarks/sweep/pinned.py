@@ -18,10 +18,6 @@ _SHARED = ("share memory",
            "copy, so a write to one would not show in the other as in eager: aotc refuses rather than drop the "
            "aliasing")
 
-_LOAD_BUG = ("torch.export.load refuses the program torch.export.save writes of it (`expected no unbacked symbols`): "
-             "a torch bug (tests/test_export_suite.py pins it on a small program). The refusal says so after its "
-             "list of the places dynamo cannot trace")
-
 _COMPLEX = ("computes with complex tensors",
             "its rotary embedding multiplies complex numbers, and ONNX has no complex type (torch.onnx fails too)")
 
@@ -64,14 +60,6 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
     ("transformers/deepseek_v2/*", "onnx"): _COMPLEX,
     ("transformers/llama4/*", "onnx"): _COMPLEX,
     ("transformers/llama4_text/*", "onnx"): _COMPLEX,
-    ("transformers/higgs_audio_v2/*", "fwd+bwd"): (
-        "HiggsAudioV2ForConditionalGeneration cannot be captured whole",
-        "its backward indexes with a boolean mask (a size that depends on data), and " + _LOAD_BUG),
-    # their classification head checks that every row holds as many <eos> tokens
-    # (unique_consecutive(...).numel() == 1); torch.export.load then learns u0 == 1 and loses u0
-    **{(f"transformers/{f}/seq-cls", "fx"): ("ForSequenceClassification cannot be captured whole",
-                                             "its head counts <eos> tokens with unique_consecutive, and " + _LOAD_BUG)
-       for f in ("bart", "mbart", "bigbird_pegasus")},
     ("timm/cpubone", "fwd+bwd"): (
         "does not give eager's results",
         "a dropout after convolutions whose CPU kernels keep a channels-last layout where torch 2.14's "
