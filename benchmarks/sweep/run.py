@@ -130,10 +130,11 @@ def missing(p: Planned, results: Path, commit: str | None = None) -> Planned | N
 
 
 def current_commit() -> str:
-    """HEAD's short hash, with "+" where the working tree differs from it."""
+    """HEAD's short hash, with "+" where the working tree's code (CODE_PATHS) differs from it:
+    not the page and data a run writes, which would make every run after the first "+"."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
     return (head or "?") + ("+" if dirty else "")
 
 
