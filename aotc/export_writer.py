@@ -28,7 +28,7 @@ from aotc.capture.inputs import BoundCall
 from aotc.contract.ambient import current
 from aotc.contract.call_form import portable
 from aotc.contract.optimizers import OPTIMIZER_STATE
-from aotc.errors import BundleError, InternalError
+from aotc.errors import BundleError, CaptureError, InternalError
 from aotc.exporters import formats
 from aotc.tools import reference
 
@@ -36,10 +36,27 @@ PhaseCallback = Callable[[str], None]
 Check = Callable[[Path, Metadata], Metadata]
 
 
+# what safetensors has no dtype for: a bundle holds its tensors in safetensors files only
+UNSTORABLE = (torch.complex128, torch.complex32)
+
+
+def storable(tensors: dict[str, torch.Tensor], what: str) -> None:
+    """CaptureError naming the tensors of `tensors` (`what` they are) that no safetensors
+    file can hold, before anything is written."""
+    found = [f"'{k}' ({str(v.dtype).removeprefix('torch.')})" for k, v in tensors.items() if v.dtype in UNSTORABLE]
+    if found:
+        raise CaptureError(
+            f"{what} {', '.join(found[:4])}{f' and {len(found) - 4} more' if len(found) > 4 else ''} cannot be "
+            "stored: a bundle holds its tensors in safetensors files, which have no complex128 or complex32. "
+            "Keep complex numbers inside the model's computation (complex64 can be stored), or hold and pass "
+            "them as their real and imaginary parts (torch.view_as_real) in float64.")
+
+
 def _write_weights(capture_: Capture, writer: BundleWriter) -> None:
     # safetensors wants contiguous, unshared storage: one copy per name.
     constants = {k: v for graph in capture_.graphs.values() for k, v in graph.constants.items()}
     tensors = {k: v.detach().contiguous().clone() for k, v in (capture_.state | constants).items()}
+    storable(tensors, "the model's parameters, buffers and constants")
     save_file(tensors, str(writer.path(WEIGHTS)), metadata={"format": "pt"})
     writer.add(WEIGHTS, "weights")
 
@@ -73,6 +90,7 @@ def write_bundle(captured: Capture, module: torch.nn.Module, call: BoundCall, ou
     fused = (captured.optimizer, captured.optimizer_state) if captured.optimizer is not None else None
     golden, tolerances = reference.compute(module, call.args, call.kwargs, names, mode, loss, captured.training,
                                           fused)
+    storable(golden, "the example call's inputs and eager's results")
     with staging_dir(out, force) as root:
         writer = BundleWriter(root)
         _write_weights(captured, writer)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,34 @@ def test_library_accepts_a_plain_function(tmp_path):
     a, b = torch.randn(3), torch.randn(3)
     (out,) = bundle.load_program("inference").module()(a, b)
     torch.testing.assert_close(out, fn(a, b))
+
+
+class _Polar(torch.nn.Module):
+    """Lumina2's rotary frequencies: complex128 from float64 angles (torch.polar)."""
+
+    def __init__(self, keep: str = "inside"):
+        super().__init__()
+        self.keep = keep
+        angles = torch.arange(3.0, dtype=torch.float64)
+        self.register_buffer("freqs", torch.polar(torch.ones_like(angles), angles) if keep == "buffer" else angles)
+
+    def forward(self, x):
+        freqs = self.freqs if self.keep == "buffer" else torch.polar(torch.ones_like(self.freqs), self.freqs)
+        rotated = freqs * x
+        return rotated if self.keep == "output" else torch.view_as_real(rotated).sum(-1)
+
+
+def test_complex128_inside_the_graph_is_taken_and_stored_is_refused_by_name(tmp_path):
+    """safetensors has no complex128: a model computing with it exports; one whose buffer or
+    output is complex128 is refused by name before a file is written (it was a KeyError from
+    safetensors: Lumina2's transformer blocks as regions in the sweep)."""
+    x = torch.rand(3, dtype=torch.float64)
+    aotc.export(_Polar(), (x,), tmp_path / "inside")
+    torch.testing.assert_close(aotc.load(tmp_path / "inside")(x), _Polar()(x), rtol=0, atol=0)
+    for keep, name in [("buffer", "'buffer:freqs' (complex128)"), ("output", "'output[0]' (complex128)")]:
+        with pytest.raises(aotc.CaptureError, match=rf"{re.escape(name)} cannot be stored: .*no complex128"):
+            aotc.export(_Polar(keep), (x,), tmp_path / keep)
+        assert not (tmp_path / keep).exists()
 
 
 def test_tensor_subclass_is_refused(tmp_path):
