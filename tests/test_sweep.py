@@ -58,6 +58,16 @@ def test_a_training_refusal_torch_export_shares_is_not_a_problem():
     assert len(problems_of(_record(fx=("pass", ""), **{"fwd+bwd": ("refused", "GraphBreakError: x")}))) == 1
 
 
+def test_an_aoti_refusal_torch_shares_is_not_a_problem():
+    """Where torch's own AOTInductor fails on torch.export's program too (the column says so
+    in the row), the refusal is torch's: AutoencoderKLMochi's `vr must not be None`."""
+    from benchmarks.sweep.columns import TORCH_AOTI_FAILS
+
+    shared = f"AotcError: AOTInductor could not compile the graph: x{TORCH_AOTI_FAILS}InductorError: x]"
+    assert problems_of(_record(fx=("pass", ""), aoti=("refused", shared))) == []
+    assert len(problems_of(_record(fx=("pass", ""), aoti=("refused", "AotcError: AOTInductor could not")))) == 1
+
+
 def test_a_pinned_refusal_is_accepted_by_its_words_only(monkeypatch):
     from benchmarks.sweep import table
 

@@ -17,6 +17,7 @@ Every column returns an Outcome:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import shutil
@@ -135,11 +136,10 @@ def torch_export(ctx: Context) -> Outcome:
     return _checked(ctx.call(program.module()), ctx, VALUES["fx"])
 
 
-def torch_export_caches(ctx: Context) -> Outcome:
+@contextlib.contextmanager
+def cache_pytrees(ctx: Context):
     """transformers' own exporter registers every cache class as a pytree first; they are
     deregistered after, so the next case's plain torch.export is plain again."""
-    if ctx.library != "transformers":
-        return Outcome("n/a", "transformers only")
     from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
 
     from aotc._torch_compat import pytree
@@ -147,10 +147,17 @@ def torch_export_caches(ctx: Context) -> Outcome:
     before = set(pytree.SUPPORTED_NODES)
     register_cache_pytrees_for_model(ctx.model)
     try:
-        return torch_export(ctx)
+        yield
     finally:
         for cls in set(pytree.SUPPORTED_NODES) - before:
             pytree._deregister_pytree_node(cls)
+
+
+def torch_export_caches(ctx: Context) -> Outcome:
+    if ctx.library != "transformers":
+        return Outcome("n/a", "transformers only")
+    with cache_pytrees(ctx):
+        return torch_export(ctx)
 
 
 def torch_onnx(ctx: Context) -> Outcome:
@@ -337,6 +344,29 @@ def _torch_export_in_training(ctx: Context) -> str:
     return ""
 
 
+TORCH_AOTI_FAILS = " [torch's AOTInductor fails on torch.export's program too: "
+
+
+def _torch_aoti(ctx: Context) -> str:
+    """Where aotc's AOTInductor package is refused: whether torch's own AOTInductor compile of
+    torch.export's program (transformers' caches registered, as its exporter does) fails
+    too, a refusal torch has; the row says so. Where torch.export itself fails, nothing is
+    learnt, and the refusal stays aotc's."""
+    def export():
+        return torch.export.export(copy.deepcopy(ctx.model), (), ctx.inputs, strict=False)
+
+    with cache_pytrees(ctx) if ctx.library == "transformers" else contextlib.nullcontext():
+        try:
+            program = export()
+        except Exception:
+            return ""
+        try:
+            torch._inductor.aoti_compile_and_package(program, package_path=str(ctx.root / "torch-aoti.pt2"))
+        except Exception as e:
+            return f"{TORCH_AOTI_FAILS}{first_line(e)}]"
+    return ""
+
+
 def run_column(name: str, ctx: Context) -> Outcome:
     start = time.perf_counter()
     try:
@@ -348,5 +378,7 @@ def run_column(name: str, ctx: Context) -> Outcome:
             outcome = Outcome("refused" if _aotc_error(e) else "crash", first_line(e))
             if name == "fwd+bwd" and outcome.status == "refused":
                 outcome.detail += _torch_export_in_training(ctx)
+            if name == "aoti" and outcome.status == "refused":
+                outcome.detail += _torch_aoti(ctx)
     outcome.seconds = round(time.perf_counter() - start, 1)
     return outcome

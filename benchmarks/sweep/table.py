@@ -14,7 +14,7 @@ from collections import Counter
 from fnmatch import fnmatch
 from pathlib import Path
 
-from benchmarks.sweep.columns import ANCHORS, COLUMNS, TRAINING_EXPORT_FAILS
+from benchmarks.sweep.columns import ANCHORS, COLUMNS, TORCH_AOTI_FAILS, TRAINING_EXPORT_FAILS
 from benchmarks.sweep.pinned import PINNED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,8 @@ def problems_of(record: dict) -> list[str]:
         taken = any(_status(record, a) == "pass" for a in ("torch.export", "torch.export+caches"))
         if column == "fx" and status != "pass" and taken and not pinned(name, column, detail):
             out.append(f"{name} fx: torch.export takes it, aotc {status}: {detail}")
-        torch_refuses = column == "fwd+bwd" and TRAINING_EXPORT_FAILS in detail  # take what torch takes
+        torch_refuses = (column == "fwd+bwd" and TRAINING_EXPORT_FAILS in detail) or \
+            (column == "aoti" and TORCH_AOTI_FAILS in detail)  # take what torch takes
         if column in FOLLOWS_FX and fx == "pass" and status not in ("pass", "n/a") and not torch_refuses \
                 and not pinned(name, column, detail):
             out.append(f"{name} {column}: fx passes, {column} {status}: {detail}")
