@@ -44,7 +44,10 @@ def graph_content_hash(path: Path) -> str:
 # Inductor options that shape the artifact; part of the compile cache key.
 # fallback_random: random ops (dropout) call eager's kernels, so under the same seed a
 # compiled bundle draws the same masks as eager instead of inductor's own RNG stream.
-COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True}
+# emulate_precision_casts: a value eager rounds to bfloat16 or float16 is rounded in the
+# compiled code too; inductor otherwise keeps a fused kernel's intermediates in float32
+# (Kandinsky 5's rotary embedding rounds through bfloat16: 3.8e-4 off eager without it).
+COMPILE_OPTIONS: dict[str, object] = {"fallback_random": True, "emulate_precision_casts": True}
 
 
 def compile_options(device: torch.device) -> dict[str, object]:
