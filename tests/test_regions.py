@@ -4,6 +4,7 @@ found automatically or by pattern, identical regions sharing one graph), and
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -59,6 +60,31 @@ def test_auto_regions_run_as_eager_with_the_glue_in_python(tmp_path):
     assert sorted(load_file(tmp_path / "b" / "weights.safetensors")) == [
         "second.fc.bias", "second.fc.weight", "second.norm.bias", "second.norm.weight",
     ]
+
+
+class _CalledTwice(torch.nn.Module):
+    """One block called on the whole sequence and on its first tokens (HunyuanVideo 1.5's
+    refiner is called so): its region must take both lengths."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.block(x).sum(1) + self.block(x[:, :3]).sum(1) + self.inner(x[:, :2]).sum(1)
+
+
+def test_a_region_called_at_several_sizes_takes_each(tmp_path):
+    """A region whose later calls in the recording run have other shapes is exported with those
+    dims dynamic, and replays every call; aotc.apply then runs as eager (it refused the second
+    call's shape before)."""
+    x, eager = torch.randn(2, 5, 4), _CalledTwice().eval()
+    rb = aotc.export_regions(copy.deepcopy(eager), (x,), tmp_path / "b")
+    assert sorted(r.fqn for r in rb.manifest.regions) == ["block", "inner"]
+    model = aotc.apply(tmp_path / "b", copy.deepcopy(eager))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), eager(x), rtol=1e-5, atol=1e-6)
 
 
 def test_training_through_regions_matches_eager(tmp_path):

@@ -23,7 +23,8 @@ import copy
 import fnmatch
 import inspect
 import json
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from aotc.bundle.schema import FORMAT_VERSION, ModelInfo, to_json
 from aotc.capture.breaks import report
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.module_copy import copy_module
-from aotc.errors import CaptureError, RegionError
+from aotc.errors import CaptureError, InputError, RegionError
 from aotc.runtime.regional import (  # noqa: F401 (public here before)
     REGIONS,
     WEIGHTS,
@@ -60,16 +61,24 @@ from aotc.tools.observe import clone_tree
 
 @dataclass
 class _Call:
-    """A submodule's first call in the recording run."""
+    """A submodule's first call in the recording run; `later`: its further calls there
+    with inputs of other shapes (one per shape: a region must replay each)."""
 
     args: tuple
     kwargs: dict
     output: Any
+    later: list[_Call] = field(default_factory=list)
+
+
+def _shapes(args: tuple, kwargs: dict) -> tuple:
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    return str(spec), tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else repr(x) for x in leaves)
 
 
 def _record_calls(model: torch.nn.Module, args: tuple, kwargs: dict, grad: bool = False) -> dict[str, _Call]:
-    """Every submodule's inputs and outputs at its first call, from one eager run of a
-    copy; with `grad`, under grad mode, so inputs require grad as in training."""
+    """Every submodule's inputs and outputs at its first call (and at later calls with
+    inputs of other shapes), from one eager run of a copy; with `grad`, under grad mode,
+    so inputs require grad as in training."""
 
     twin = copy.deepcopy(model)  # the run may update buffers (BatchNorm); the user's model stays as it was
     calls: dict[str, _Call] = {}
@@ -79,8 +88,11 @@ def _record_calls(model: torch.nn.Module, args: tuple, kwargs: dict, grad: bool 
             continue
 
         def hook(module, a, k, out, fqn=fqn):
-            if fqn not in calls:
+            first = calls.get(fqn)
+            if first is None:
                 calls[fqn] = _Call(*clone_tree((a, k)), output=clone_tree(out))
+            elif all(_shapes(a, k) != _shapes(c.args, c.kwargs) for c in (first, *first.later)):
+                first.later.append(_Call(*clone_tree((a, k)), output=clone_tree(out)))
 
         handles.append(module.register_forward_hook(hook, with_kwargs=True))
     try:
@@ -100,19 +112,26 @@ def _key(module: torch.nn.Module, call: _Call) -> tuple:
     return (type(module), module.training, str(spec), inputs, weights)
 
 
-def _reproduces(group_bundle: Path, module: torch.nn.Module, call: _Call, mode: str) -> bool:
-    """Whether the group's graphs, with `module`'s weights, give its recorded outputs."""
+def _reproduces(group_bundle: Path, module: torch.nn.Module, calls: list[_Call], mode: str) -> bool:
+    """Whether the group's graphs, with `module`'s weights, give each call's recorded outputs
+    (an input the bundle refuses, a size it was not exported for, is a no)."""
 
     loaded = load(group_bundle, backend="fx", mode=mode, public_keys=())  # export's own, not yet signed
     copy_weights(loaded, module_state(module))
-    with torch.no_grad():
-        out = loaded(*clone_tree(call.args), **clone_tree(call.kwargs))
-    got, want = pytree.tree_leaves(out), pytree.tree_leaves(call.output)
-    return len(got) == len(want) and all(
-        isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
-        and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5, equal_nan=True)
-        for g, w in zip(got, want)
-    )
+    for call in calls:
+        try:
+            with torch.no_grad():
+                out = loaded(*clone_tree(call.args), **clone_tree(call.kwargs))
+        except InputError:
+            return False
+        got, want = pytree.tree_leaves(out), pytree.tree_leaves(call.output)
+        if len(got) != len(want) or not all(
+            isinstance(g, torch.Tensor) and g.shape == w.shape and g.dtype == w.dtype
+            and torch.allclose(g.double(), w.double(), rtol=1e-4, atol=1e-5, equal_nan=True)
+            for g, w in zip(got, want)
+        ):
+            return False
+    return True
 
 
 def _shorter_inputs(model: torch.nn.Module, args: tuple, kwargs: dict, dynamic_shapes) -> tuple | None:
@@ -134,24 +153,24 @@ def _shorter_inputs(model: torch.nn.Module, args: tuple, kwargs: dict, dynamic_s
             {k: shorter(v, spec["kwargs"].get(k)) for k, v in kwargs.items()})
 
 
-def _region_dynamic_shapes(module: torch.nn.Module, call: _Call, other: _Call | None) -> dict | None:
-    """dynamic_shapes for a region: the dims of its inputs that changed between the two
-    recording runs (Dim.AUTO: export finds their ranges and relations)."""
+def _region_dynamic_shapes(module: torch.nn.Module, call: _Call, others: list[_Call]) -> dict | None:
+    """dynamic_shapes for a region: the dims of its inputs that differ between its first call
+    and `others` (the same call in the shorter recording run, its later calls of other shapes;
+    Dim.AUTO: export finds their ranges and relations)."""
 
-    if other is None:
-        return None
-    try:
-        now = inspect.signature(module.forward).bind(*call.args, **call.kwargs).arguments
-        then = inspect.signature(module.forward).bind(*other.args, **other.kwargs).arguments
-    except TypeError:
-        return None
-    spec = {}
-    for name, value in now.items():
-        before = then.get(name)
-        if isinstance(value, torch.Tensor) and isinstance(before, torch.Tensor) and value.dim() == before.dim():
-            dims = {d: Dim.AUTO for d in range(value.dim()) if value.shape[d] != before.shape[d]}
-            if dims:
-                spec[name] = dims
+    spec: dict[str, dict] = {}
+    for other in others:
+        try:
+            now = inspect.signature(module.forward).bind(*call.args, **call.kwargs).arguments
+            then = inspect.signature(module.forward).bind(*other.args, **other.kwargs).arguments
+        except TypeError:
+            return None
+        for name, value in now.items():
+            before = then.get(name)
+            if isinstance(value, torch.Tensor) and isinstance(before, torch.Tensor) and value.dim() == before.dim():
+                for d in range(value.dim()):
+                    if value.shape[d] != before.shape[d]:
+                        spec.setdefault(name, {})[d] = Dim.AUTO
     return spec or None
 
 
@@ -206,18 +225,21 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
             call = calls[fqn]
             key = _key(module, call)
             for group, gkey in groups:
-                if gkey == key and _reproduces(root / group.path, module, call, mode):
+                if gkey == key and _reproduces(root / group.path, module, [call, *call.later], mode):
                     others.update({f"{fqn}.{n}": t.detach() for n, t in module_state(module).items()})
                     placed.append(_region(fqn, module, group.name))
                     return True
             group = RegionGroup(name=f"g{len(groups)}", path=f"groups/g{len(groups)}", first=fqn)
             if on_region:
                 on_region(fqn)
+            other_calls = [c for c in (shorter_calls.get(fqn), *call.later) if c is not None]
             try:
                 export(module, (call.args, call.kwargs), root / group.path, graphs=graphs, train=module.training,
-                       name=fqn, source=source,
-                       dynamic_shapes=_region_dynamic_shapes(module, call, shorter_calls.get(fqn)))
+                       name=fqn, source=source, dynamic_shapes=_region_dynamic_shapes(module, call, other_calls))
             except CaptureError:
+                return False
+            if call.later and not _reproduces(root / group.path, module, call.later, mode):
+                shutil.rmtree(root / group.path)  # it cannot take the region's other calls: its children may
                 return False
             groups.append((group, key))
             placed.append(_region(fqn, module, group.name))
