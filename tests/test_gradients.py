@@ -124,6 +124,27 @@ def test_custom_function_with_dynamic_shapes_is_refused_at_export(tmp_path):
                     dynamic_shapes={"x": {0: torch.export.Dim("batch", min=2, max=16)}})
 
 
+class _CountsThenHalves(nn.Module):
+    """PhiMoE's router: a custom Function beside code only torch.export traces (a count read
+    into Python, as its attention mask reads sizes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(6, 4)
+
+    def forward(self, x):
+        return _HalfGrad.apply(self.body(x)) * int((x > 0).sum())
+
+
+def test_a_custom_function_only_aotautograd_could_keep_is_refused_saying_why(tmp_path):
+    """torch.export traces the model but would drop _HalfGrad's backward, and AOTAutograd alone
+    cannot read the count: the refusal says both, not that torch.export failed."""
+    with pytest.raises(CaptureError, match=r"_CountsThenHalves could not be captured: torch.export traced it, but "
+                                           r"its graph cannot be used \(custom autograd.Functions _HalfGrad lose "
+                                           r"their backward in torch.export\); AOTAutograd alone failed: "):
+        aotc.export(_CountsThenHalves(), (torch.randn(3, 6),), tmp_path / "b", graphs=("forward", "backward"))
+
+
 # ------------------------------------------ layouts the re-exported flat programs must take
 
 

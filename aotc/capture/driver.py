@@ -134,12 +134,21 @@ def _capture_named(model: torch.nn.Module, args: tuple, kwargs: dict, loss, opti
         )
         try:
             return _capture(ctx, use_export=True)
-        except _Disagreement:
+        except _Disagreement as d:
             # torch.export sometimes traces an op that returns its input as a copy
             # (dropout in eval); AOTAutograd alone keeps the alias.
-            pass
+            declined = d
         try:
             return _capture(ctx, use_export=False)
+        except CaptureError as e:
+            if type(e) is not CaptureError:
+                raise
+            # say why torch.export's graph was not taken: it did trace the model
+            name, why = type(model).__name__, str(e)
+            both = f"{name} could not be captured by torch.export nor by AOTAutograd: "
+            why = f"AOTAutograd alone failed: {why[len(both):]}" if why.startswith(both) else why
+            raise CaptureError(f"{name} could not be captured: torch.export traced it, but its graph cannot be "
+                               f"used ({'; '.join(declined.problems)}); {why}") from e
         except _Disagreement as d:
             raise CaptureError(
                 f"aotc's capture of {type(model).__name__} does not match what eager does: "

@@ -336,11 +336,14 @@ TRAINING_EXPORT_FAILS = " [torch.export in training mode fails too: "
 def _torch_export_in_training(ctx: Context) -> str:
     """Forward+backward bundles capture the model in training mode, which can take code
     paths eval mode does not (DETR's clamp of non-finite states): where torch.export of the
-    training-mode model fails too, the refusal is one torch has, and the row says so."""
-    try:
-        torch.export.export(copy.deepcopy(ctx.model).train(), (), ctx.inputs, strict=False)
-    except Exception as e:
-        return f"{TRAINING_EXPORT_FAILS}{first_line(e)}]"
+    training-mode model fails too, the refusal is one torch has, and the row says so. As in
+    the +caches anchor, transformers' caches are registered first: a cache in the output is
+    no reason of torch's."""
+    with cache_pytrees(ctx) if ctx.library == "transformers" else contextlib.nullcontext():
+        try:
+            torch.export.export(copy.deepcopy(ctx.model).train(), (), ctx.inputs, strict=False)
+        except Exception as e:
+            return f"{TRAINING_EXPORT_FAILS}{first_line(e)}]"
     return ""
 
 

@@ -60,6 +60,11 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
     ("transformers/deepseek_v2/*", "onnx"): _COMPLEX,
     ("transformers/llama4/*", "onnx"): _COMPLEX,
     ("transformers/llama4_text/*", "onnx"): _COMPLEX,
+    ("transformers/phimoe/*", "fwd+bwd"): (
+        "lose their backward in torch.export",
+        "its router's sparsemixer is a custom autograd.Function (PhimoeMultiplier) whose backward torch.export "
+        "drops, so its graph would train with other gradients than eager's; AOTAutograd alone, which keeps it, "
+        "cannot trace the model's mask code (a size read into Python)"),
     ("timm/cpubone", "fwd+bwd"): (
         "does not give eager's results",
         "a dropout after convolutions whose CPU kernels keep a channels-last layout where torch 2.14's "
