@@ -125,7 +125,7 @@ def _capture_named(model: torch.nn.Module, args: tuple, kwargs: dict, loss, opti
         eager = eager_check.observe(observed, flat_user, in_spec, training=options.mode != "inference")
         duplicates = duplicate_positions(flat_user)
         if plan is not None:
-            _check_subclass_capture(plan, options, duplicates, flat_user, user_names)
+            subclasses.refuse_unsupported(plan, options.mode, duplicates, flat_user, user_names)
         ctx = CaptureContext(
             model=model, loss=loss, options=options, training=training,
             user_names=user_names, user_paths=user_paths, call_names=call_names, flat_user=flat_user, in_spec=in_spec,
@@ -157,35 +157,6 @@ def _capture_named(model: torch.nn.Module, args: tuple, kwargs: dict, loss, opti
             ) from None
     finally:
         model.train(was_training)
-
-
-def _check_subclass_capture(plan, options: CaptureOptions, duplicates, flat_user, user_names) -> None:
-    if plan.metadata_mutated:
-        # torch 2.13's AOTAutograd refuses this itself; 2.14's traces it over the inner
-        # tensors alone, and the caller's own subclass object would keep its old layout
-        names = ", ".join(plan.outer_names[i] for i in sorted(plan.metadata_mutated))
-        raise CaptureError(
-            f"forward changes the sizes or strides of tensor subclass input {names} in place (as t_(), "
-            "unsqueeze_() or as_strided_() do); aotc cannot replay that on the caller's subclass object. "
-            "Return the changed tensor instead (x = x.t()) and use the output."
-        )
-    if options.mode == "joint" and plan.outputs:
-        raise CaptureError(
-            f"the loss is a {plan.outputs[0].class_name.rpartition(':')[2]}; a joint graph needs a plain scalar "
-            "loss. Reduce the subclass to a plain tensor in loss(), or export forward+backward graphs (--autograd)."
-        )
-    if options.mode == "joint" and any(m.requires_grad for m in plan.inputs.values()):
-        raise CaptureError(
-            "a joint graph fills .grad of parameters and plain inputs; a tensor subclass input that requires "
-            "grad needs forward+backward graphs (--autograd), whose backward rebuilds its gradient."
-        )
-    if duplicates or storage_groups(flat_user):
-        names = sorted({user_names[i] for group in storage_groups(flat_user) for i in group} |
-                       {user_names[i] for i in duplicates})
-        raise CaptureError(
-            f"inputs {', '.join(names)} share memory in a model with tensor subclasses; aotc captures "
-            "subclass models with inputs that are separate tensors. Pass separate tensors."
-        )
 
 
 class _Disagreement(Exception):

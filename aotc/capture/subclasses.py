@@ -29,7 +29,7 @@ import torch
 from aotc import _torch_compat as tc
 from aotc._torch_compat import pytree
 from aotc.bundle.subclasses_schema import Subclasses, SubclassTensor
-from aotc.contract.aliasing import geometry
+from aotc.contract.aliasing import geometry, storage_groups
 from aotc.contract.subclasses import (
     Rebuilder,
     class_name,
@@ -217,6 +217,37 @@ def plan(model: torch.nn.Module, flat_user: list, user_names: list[str], in_spec
         state=state, inputs=inputs, builders={i: Rebuilder.of(flat_user[i]) for i in inputs},
         outer_names=list(user_names), outer_in_spec=in_spec, dense_start=starts,
     )
+
+
+def refuse_unsupported(plan: SubclassPlan, mode: str, duplicates: dict[int, int], flat_user: list,
+                       user_names: list[str]) -> None:
+    """Refuses, by name, a subclass capture the runtime could not replay on the caller's objects."""
+    if plan.metadata_mutated:
+        # torch 2.13's AOTAutograd refuses this itself; 2.14's traces it over the inner
+        # tensors alone, and the caller's own subclass object would keep its old layout
+        names = ", ".join(plan.outer_names[i] for i in sorted(plan.metadata_mutated))
+        raise CaptureError(
+            f"forward changes the sizes or strides of tensor subclass input {names} in place (as t_(), "
+            "unsqueeze_() or as_strided_() do); aotc cannot replay that on the caller's subclass object. "
+            "Return the changed tensor instead (x = x.t()) and use the output."
+        )
+    if mode == "joint" and plan.outputs:
+        raise CaptureError(
+            f"the loss is a {plan.outputs[0].class_name.rpartition(':')[2]}; a joint graph needs a plain scalar "
+            "loss. Reduce the subclass to a plain tensor in loss(), or export forward+backward graphs (--autograd)."
+        )
+    if mode == "joint" and any(m.requires_grad for m in plan.inputs.values()):
+        raise CaptureError(
+            "a joint graph fills .grad of parameters and plain inputs; a tensor subclass input that requires "
+            "grad needs forward+backward graphs (--autograd), whose backward rebuilds its gradient."
+        )
+    if duplicates or storage_groups(flat_user):
+        names = sorted({user_names[i] for group in storage_groups(flat_user) for i in group} |
+                       {user_names[i] for i in duplicates})
+        raise CaptureError(
+            f"inputs {', '.join(names)} share memory in a model with tensor subclasses; aotc captures "
+            "subclass models with inputs that are separate tensors. Pass separate tensors."
+        )
 
 
 def dense_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
