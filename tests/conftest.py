@@ -33,10 +33,10 @@ COMPILED_SAMPLES = [
     ("tiny_transformer", "autograd"),
     ("tiny_transformer", "joint"),
 ]
-# Corpus cases the aoti- and onnx-backend tests compile (all of them with AOTC_FULL_CORPUS=1).
-AOTI_CORPUS = (
-    {c.name for c in all_cases()} if os.environ.get("AOTC_FULL_CORPUS") == "1" else compiled_in_ci(all_cases())
-)
+# Corpus cases the aoti- and the onnx-backend tests compile (all of them with AOTC_FULL_CORPUS=1).
+_FULL_CORPUS = os.environ.get("AOTC_FULL_CORPUS") == "1"
+AOTI_CORPUS = {c.name for c in all_cases()} if _FULL_CORPUS else compiled_in_ci(all_cases(), "aoti")
+ONNX_CORPUS = {c.name for c in all_cases()} if _FULL_CORPUS else compiled_in_ci(all_cases(), "onnx")
 SAMPLES = ROOT / "sample_models"
 SAMPLE_NAMES = ["mlp", "cnn", "tiny_transformer", "inplace", "classifier"]
 MODE_FLAGS = {"inference": [], "joint": ["--joint"], "autograd": ["--autograd"]}
@@ -132,7 +132,7 @@ def onnx_exported(corpus_bundles) -> dict[Path, str]:
 
     refused = {}
     for (name, mode), path in corpus_bundles.items():
-        if mode == "eval" and isinstance(path, Path) and name in AOTI_CORPUS:
+        if mode == "eval" and isinstance(path, Path) and name in ONNX_CORPUS:
             try:
                 add_to_bundle(path)
             except AotcError as e:

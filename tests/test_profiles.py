@@ -4,6 +4,7 @@ dims beside the generic one; each call runs the package made for its sizes."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import zipfile
@@ -246,9 +247,12 @@ def test_inspect_and_verify_show_every_profile(profiled):
         f"aoti/cpu inference_p2.pt2 at {symbol}={n}" for n in (17, 24, 32)}
 
 
-# three profiles on each transformer's dynamic batch, beside the generic package (issue 50)
-THREE = {"tiny_transformer": (("tokens:0=2", "tokens:0=3..8", "tokens:0=9..32"), (2, 5, 20, 40)),
-         "gpt_small": (("tokens:0=1", "tokens:0=2..4", "tokens:0=5..16"), (1, 3, 10, 20))}
+# three profiles on each transformer's dynamic batch, beside the generic package (issue 50);
+# gpt_small (a dynamic dim declared at export, a profile of batch 1) only with AOTC_FULL_CORPUS=1:
+# its compiles took 101 s of make test, and tiny_transformer's profiles run the same code
+THREE = {"tiny_transformer": (("tokens:0=2", "tokens:0=3..8", "tokens:0=9..32"), (2, 5, 20, 40))}
+if os.environ.get("AOTC_FULL_CORPUS") == "1":
+    THREE["gpt_small"] = (("tokens:0=1", "tokens:0=2..4", "tokens:0=5..16"), (1, 3, 10, 20))
 
 
 @pytest.fixture(scope="module", params=sorted(THREE))

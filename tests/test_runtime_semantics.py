@@ -20,7 +20,7 @@ import aotc
 from aotc._torch_compat import pytree
 from aotc.errors import CaptureError
 from checker import Observation, compare, compare_grads
-from conftest import AOTI_CORPUS, backend_fixture
+from conftest import AOTI_CORPUS, ONNX_CORPUS, backend_fixture
 from corpus import all_cases
 
 CASES = all_cases()
@@ -97,7 +97,7 @@ def _bundle(corpus_bundles, name: str, mode: str) -> Path | None:
 
 
 def _skip_uncompiled(name: str, backend: str) -> None:
-    if backend in ("aoti", "onnx") and name not in AOTI_CORPUS:
+    if name not in {"aoti": AOTI_CORPUS, "onnx": ONNX_CORPUS}.get(backend, {name}):
         pytest.skip(f"compiled for {backend} only with AOTC_FULL_CORPUS=1 (seconds per graph)")
 
 
