@@ -167,3 +167,27 @@ def test_a_fold_program_names_torch_ops_only():
     with pytest.raises(BundleError, match="not a version 1 weight fold program"):
         FoldProgram.from_json({"version": 9, "nodes": [], "constants": {}}, "test")
     assert weight_fold.NAMESPACES == ("aten", "prims", "mkldnn", "mkl", "quantized", "onednn")
+
+
+class _LogConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return self.conv(x).log()  # NaN where the convolution is negative
+
+
+def test_outputs_that_hold_nan_are_folded_and_match_eager(tmp_path):
+    """The fold's check scales its tolerance by the outputs' finite values: a NaN among them
+    made the tolerance NaN, and the compile raised torch's 'atol must be greater than or equal
+    to zero, but got -nan' (timm's Gemma 4 vision tower in the sweep)."""
+    torch.manual_seed(0)
+    model, x = _LogConv().eval(), torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        assert model(x).isnan().any()
+    aotc.export(model, (x,), tmp_path / "b")
+    bundle = aotc.compile(tmp_path / "b")
+    assert bundle.manifest.file("compiled/cpu/inference.pt2").build["weights"] == "folded"
+    with torch.no_grad():
+        torch.testing.assert_close(aotc.load(tmp_path / "b", backend="aoti")(x), model(x), equal_nan=True)
