@@ -163,8 +163,12 @@ def test_a_resumed_sweep_goes_on_from_the_committed_records(tmp_path):
     if known.returncode == 0:  # a clone with the history: 408221d changed flat_programs since
         assert missing(ran, results, commit="408221d").columns == cols
     (results / "transformers__a__base.json").unlink()
-    assert seed([ran, half, new], results, data) == 0  # once per folder: a result deleted since runs again
+    assert seed([ran, half, new], results, data) == 0  # once per case: a result deleted since runs again
     assert missing(ran, results) == ran
+    other = Planned("diffusers/d", "diffusers", "d", "model", "main", cols, True)
+    data.write_text(json.dumps({"cases": [{**record, "name": other.name, "family": "d", "columns": {"fx": cell}}]}))
+    assert seed([other], results, data) == 1  # a run of another library later still starts from its records
+    assert missing(other, results).columns == ("onnx",)
 
 
 def test_a_slice_of_the_sweep(tmp_path):

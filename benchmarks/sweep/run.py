@@ -152,20 +152,22 @@ def same_code(ran: str, now: str) -> bool:
 
 def seed(planned: list[Planned], results: Path, data: Path) -> int:
     """Write the records `data` (a committed coverage.json) holds for planned cases that have
-    no result in `results`, once per results folder (a result deleted after that runs again);
-    how many. Each column keeps the commit it ran under, so --stale still runs again what
-    other code ran."""
+    no result in `results`, once per case and results folder (a result deleted after that runs
+    again); how many. The folder's .seeded lists the cases already offered, so a run of one
+    library does not keep another's records out of a later run. Each column keeps the commit
+    it ran under, so --stale still runs again what other code ran."""
     stamp = results / ".seeded"
-    if not data.exists() or stamp.exists():
+    if not data.exists():
         return 0
-    names = {p.name for p in planned}
+    offered = set(stamp.read_text().split()) if stamp.exists() else set()
+    names = {p.name for p in planned} - offered
     seeded = 0
     for record in json.loads(data.read_text())["cases"]:
         path = result_path(results, record["name"])
         if record["name"] in names and not path.exists():
             path.write_text(json.dumps(record, indent=1))
             seeded += 1
-    stamp.write_text(f"{data.name} {time.strftime('%Y-%m-%d %H:%M')}\n")
+    stamp.write_text("".join(f"{n}\n" for n in sorted(offered | names)))
     return seeded
 
 
