@@ -209,3 +209,25 @@ def test_the_page_of_some_libraries_keeps_the_committed_records_of_the_others(tm
     assert written["planned"] == 2 and sorted(r["name"] for r in written["cases"]) == ["diffusers/UNet2DModel",
                                                                                         "timm/resnet"]
     assert "timm/resnet" in page.read_text()
+
+
+def test_a_sweep_given_minutes_starts_no_chunk_after_them(tmp_path, monkeypatch, capsys):
+    """A 10-hour sweep runs in pieces: --minutes stops starting chunks, and --resume goes on."""
+    from benchmarks.sweep import run
+
+    planned = [run.Planned(f"transformers/f{i}/base", "transformers", f"f{i}", "base", "main", ("fx",), True)
+               for i in range(3 * run.CHUNK)]
+    monkeypatch.setattr(run, "listed", lambda libraries: [])
+    monkeypatch.setattr(run, "plan", lambda cases: planned)
+    ran = []
+
+    def slow_group(group, timeout, results, resume):
+        ran.append(group)
+        run.time.sleep(0.2)
+        return [{"name": p.name, "eager": "ok", "columns": {}} for p in group]
+
+    monkeypatch.setattr(run, "run_group", slow_group)
+    run.main(["--minutes", "0.001", "-j", "1", "--no-table", "--libraries", "transformers",
+              "--results", str(tmp_path)])
+    assert len(ran) == 1  # the first chunk started in time; the other two did not
+    assert f"{2 * run.CHUNK} cases left" in capsys.readouterr().out

@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stale", action="store_true",
                     help="with --resume, also run again the columns a commit with other code ran")
     ap.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
+    ap.add_argument("--minutes", type=float, default=0,
+                    help="start no chunk of cases after this many minutes (0: no limit); --resume goes on later")
     ap.add_argument("--columns", default="", help="these columns only (comma-separated), on every case")
     ap.add_argument("--skip", default="", help="leave these columns out (comma-separated), e.g. aoti,torch.compile")
     ap.add_argument("--results", default=str(RESULTS), help="where per-case results go")
@@ -269,13 +271,21 @@ def main(argv: list[str] | None = None) -> int:
     groups = chunks(todo)
     print(f"sweep: {len(planned)} cases, {len(todo)} to run, {args.jobs} at a time", flush=True)
     start, done = time.perf_counter(), 0
+    deadline = start + args.minutes * 60 if args.minutes else float("inf")
+
+    def run_in_time(group: list[Planned]) -> list[dict]:
+        return run_group(group, args.timeout, results, args.resume) if time.perf_counter() < deadline else []
+
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_group, group, args.timeout, results, args.resume) for group in groups]
+        futures = [pool.submit(run_in_time, group) for group in groups]
         for future in as_completed(futures):
             for record in future.result():
                 done += 1
                 print(f"[{done}/{len(todo)} {(time.perf_counter() - start) / 60:.0f} min] {record['name']}: "
                       f"{_summary(record)}", flush=True)
+    if done < len(todo):
+        print(f"sweep: stopped after {args.minutes:g} minutes, {len(todo) - done} cases left (--resume runs them)",
+              flush=True)
     records = [r for r in (_read(p, results) for p in planned) if r is not None]
     whole = args.slice == 1 and not args.only and not args.columns
     planned_count = len(planned)
