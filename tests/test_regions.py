@@ -87,6 +87,39 @@ def test_a_region_called_at_several_sizes_takes_each(tmp_path):
         torch.testing.assert_close(model(x), eager(x), rtol=1e-5, atol=1e-6)
 
 
+class _Positions(torch.nn.Module):
+    """Called with a torch.Size, as LED's learned positional embedding is."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(16, 4)
+
+    def forward(self, shape: torch.Size):
+        return self.embedding(torch.arange(shape[1]))
+
+
+class _SizeArgument(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.positions = _Positions()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x) + self.positions(x.shape)
+
+
+def test_a_region_called_with_a_torch_size_replays_its_call(tmp_path):
+    """A region called with a torch.Size (LED's learned positional embedding in the sweep) is
+    exported from a Size, not the plain tuple torch's pytree rebuilds it as: its bundle refused
+    the model's own call in aotc.apply before."""
+    x, eager = torch.randn(2, 5, 4), _SizeArgument().eval()
+    rb = aotc.export_regions(copy.deepcopy(eager), (x,), tmp_path / "b")
+    assert sorted(r.fqn for r in rb.manifest.regions) == ["positions", "proj"]
+    model = aotc.apply(tmp_path / "b", copy.deepcopy(eager))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), eager(x), rtol=1e-5, atol=1e-6)
+
+
 def test_training_through_regions_matches_eager(tmp_path):
     spec = _breaks()
     aotc.export_regions(spec.module.train(), spec.args, tmp_path / "b", graphs=("forward", "backward"))

@@ -78,8 +78,10 @@ def _like(o: torch.Tensor, plain: list[torch.Tensor]) -> torch.Tensor:
 
 
 def clone_tree(tree):
-    """Clone every tensor of a pytree, keeping how they relate (see aliasing.clone_like)."""
-    flat, spec = pytree.tree_flatten(tree)
+    """Clone every tensor of a pytree, keeping how they relate (see aliasing.clone_like). A
+    torch.Size stays one (torch's pytree unflattens it as a plain tuple, and a bundle
+    exported from a tuple refuses the Size the model passes)."""
+    flat, spec = pytree.tree_flatten(tree, is_leaf=lambda x: isinstance(x, torch.Size))
     return pytree.tree_unflatten(clone_like(flat), spec)
 
 

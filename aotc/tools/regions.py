@@ -238,8 +238,10 @@ def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path,
                        name=fqn, source=source, dynamic_shapes=_region_dynamic_shapes(module, call, other_calls))
             except CaptureError:
                 return False
-            if call.later and not _reproduces(root / group.path, module, call.later, mode):
-                shutil.rmtree(root / group.path)  # it cannot take the region's other calls: its children may
+            if not _reproduces(root / group.path, module, [call, *call.later], mode):
+                # it cannot take the region's calls (a torch.Size argument, a constant to the graph,
+                # is no input of the bundle; another call's shapes): its children may
+                shutil.rmtree(root / group.path)
                 return False
             groups.append((group, key))
             placed.append(_region(fqn, module, group.name))

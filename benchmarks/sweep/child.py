@@ -74,6 +74,7 @@ def run_case(name: str, out: Path, columns: list[str]) -> None:
             record["running"] = column
             _write(out, record)
             record["columns"][column] = {**asdict(run_column(column, ctx)), "commit": COMMIT}
+            ctx.earlier[column] = record["columns"][column]["status"]  # regions reads fx's, run just now
         record["running"] = None
         _write(out, record)
 
