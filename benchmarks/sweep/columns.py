@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import torch
 
+from benchmarks.sweep.noise import gradient_noise, grads, inference_noise
 from benchmarks.sweep.compare import access_differs, differs
 
 VALUES = {"fx": dict(rtol=1e-4, atol=1e-5), "aoti": dict(rtol=1e-4, atol=1e-5), "onnx": dict(rtol=1e-3, atol=1e-4),
@@ -68,12 +69,15 @@ class Context:
         return "pass" if "fx" in self.made else self.earlier.get("fx")
 
     def noise(self) -> dict[int, float]:
-        """Per float32 tensor of eager's output (by id): 4x its distance from eager in float64,
-        the rounding a correct graph that sums in another order shows (aotc's fx decomposes
-        grid_sample: Deformable DETR lands 6e-5 off). Empty where the model does not run in
-        float64 or an output moves by over 1% there (another path)."""
+        """Per float32 tensor of eager's output (by id): 4x its rounding noise, how far a correct
+        graph that sums in another order lands (aotc's fx decomposes grid_sample: Deformable
+        DETR lands 6e-5 off). The noise is eager's distance from eager in float64, or where
+        the model does not run in float64 or an output moves by over 1% there (another path),
+        from eager at another thread count, as aotc's own references measure it
+        (aotc.tools.reference): Grounding DINO's outputs move 0.026 of 3.2 between 1 and 2
+        threads, and 2.7% in float64."""
         if self._noise is None:
-            self._noise = _inference_noise(self)
+            self._noise = inference_noise(self.model, self.inputs, self.eager)
         return self._noise
 
     def call(self, module: Callable) -> Any:
@@ -86,36 +90,6 @@ def _aotc_error(e: BaseException) -> bool:
     from aotc.errors import AotcError
 
     return isinstance(e, AotcError)
-
-
-def _inference_noise(ctx: Context) -> dict[int, float]:
-    from aotc._torch_compat import pytree
-    from aotc.contract.outputs import plain_outputs
-
-    def wide(x):
-        return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-
-    try:
-        model = copy.deepcopy(ctx.model).double()
-        torch.manual_seed(0)
-        with torch.no_grad():
-            eager64 = model(**pytree.tree_map(wide, ctx.inputs))
-        got = pytree.tree_leaves(plain_outputs(eager64))
-    except Exception:
-        return {}
-    want = pytree.tree_leaves(plain_outputs(ctx.eager))
-    if len(got) != len(want):
-        return {}
-    noise = {}
-    for w, g in zip(want, got):
-        if not (isinstance(w, torch.Tensor) and w.dtype == torch.float32 and isinstance(g, torch.Tensor)) \
-                or g.shape != w.shape or not w.numel():
-            continue
-        far = (w.double() - g).abs().nan_to_num(0.0).max().item()
-        if far > 1e-2 * g.abs().nan_to_num(0.0).max().item() + 1e-5:
-            return {}
-        noise[id(w)] = 4 * far
-    return noise
 
 
 def _checked(got: Any, ctx: Context, tol: dict) -> Outcome:
@@ -222,48 +196,6 @@ def aotc_aoti(ctx: Context) -> Outcome:
     return _with_artifact(ctx, "aoti", aotc.compile)
 
 
-def _loss(out: Any) -> torch.Tensor:
-    """A loss over every floating output, as a test of the whole backward."""
-    from aotc._torch_compat import pytree
-    from aotc.contract.outputs import plain_outputs
-
-    leaves = [x for x in pytree.tree_leaves(plain_outputs(out))
-              if isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad]
-    return sum(x.float().square().mean() for x in leaves)
-
-
-def _grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-    torch.manual_seed(0)
-    loss = _loss(model(**inputs))
-    if not isinstance(loss, torch.Tensor):
-        return None, {}
-    loss.backward()
-    return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-
-def _float64_noise(ctx: Context, training: bool, loss: torch.Tensor, grads: dict[str, torch.Tensor]) -> dict[str, float]:
-    """How far eager's float32 loss and gradients are from eager's in float64: a correct
-    graph sums in another order and lands about as far (aotc's own check does the same,
-    aotc.tools.reference). Gradients of thousands through a dozen BatchNorms carry noise
-    of 0.1 (timm's rexnet); EfficientViM's, whose loss in float64 is 0.2% off float32's, of
-    9 (of 47) where aotc's is 0.8 from eager's. Empty where the model does not run in
-    float64, or where its loss in float64 is over 1% off (another path, other random draws),
-    the same bound as aotc's own check."""
-    def wide(x):
-        return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-
-    try:
-        model = copy.deepcopy(ctx.model).double().train(training)
-        loss64, grads64 = _grads(model, {k: wide(v) for k, v in ctx.inputs.items()})
-    except Exception:
-        return {}
-    if loss64 is None or abs(loss.double().item() - loss64.item()) > 1e-2 * abs(loss64.item()) + 1e-6:
-        return {}
-    noise = {n: (g.double() - grads64[n]).abs().max().item() for n, g in grads.items()
-             if n in grads64 and g.dtype == torch.float32 and g.numel()}
-    return noise | {"loss": abs(loss.double().item() - loss64.item())}
-
-
 def _grad_tolerance(noise: float | None) -> dict:
     return GRADS if noise is None else dict(rtol=GRADS["rtol"], atol=max(GRADS["atol"], 4 * noise))
 
@@ -274,17 +206,17 @@ def aotc_fwd_bwd(ctx: Context) -> Outcome:
     path = ctx.root / "fwd-bwd"
     eager = copy.deepcopy(ctx.model)
     try:  # forward+backward bundles train: eager itself may refuse these inputs in training mode
-        _grads(copy.deepcopy(ctx.model).train(), ctx.inputs)
+        grads(copy.deepcopy(ctx.model).train(), ctx.inputs)
     except Exception as e:
         return Outcome("n/a", f"eager fails in training mode: {first_line(e)}")
     aotc.export(eager, ((), ctx.inputs), path, graphs=("forward", "backward"))
     loaded = aotc.load(path, backend="fx", mode="train")
     eager.train(loaded.training)
-    want, want_grads = _grads(eager, ctx.inputs)
+    want, want_grads = grads(eager, ctx.inputs)
     if want is None:
         return Outcome("n/a", "no output takes a gradient")
-    got, got_grads = _grads(loaded, ctx.inputs)
-    noise = _float64_noise(ctx, eager.training, want, want_grads)
+    got, got_grads = grads(loaded, ctx.inputs)
+    noise = gradient_noise(ctx.model, ctx.inputs, eager.training, want, want_grads)
     why = differs(got, want, _grad_tolerance(noise.get("loss")))
     if why:
         return Outcome("WRONG", f"loss: {why}")
