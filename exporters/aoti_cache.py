@@ -63,9 +63,9 @@ def compile_options(device: torch.device) -> dict[str, object]:
     return dict(COMPILE_OPTIONS)
 
 
-# Bumped whenever aotc changes a graph before handing it to AOTInductor, so artifacts
-# cached by an older aotc are not reused.
-PIPELINE_VERSION = 3
+# Bumped whenever aotc changes a graph before handing it to AOTInductor, or how inductor
+# compiles it (4: tc.tail_safe_tiling), so artifacts cached by an older aotc are not reused.
+PIPELINE_VERSION = 4
 
 
 def cache_key(graph_hash: str, kind: str, device: torch.device, options: dict) -> str:
@@ -217,7 +217,7 @@ def compile_graph(program, example_inputs: list, package_path: Path, configs: di
     program.example_inputs = (tuple(example_inputs), {})
     try:
         for attempt in range(2):
-            with torch._inductor.config.patch(force_disable_caches=attempt > 0):
+            with torch._inductor.config.patch(force_disable_caches=attempt > 0), tc.tail_safe_tiling():
                 aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=dict(configs))
             problem = package_problem(package_path)
             if problem is None:

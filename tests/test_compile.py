@@ -87,6 +87,39 @@ def test_a_rounding_eager_does_is_done_by_the_package(tmp_path):
     torch.testing.assert_close(aotc.load(path, backend="aoti")(x), _RoundsThroughBfloat16()(x), rtol=0, atol=0)
 
 
+# Inkling-2's attention over its block states (transformers' own class), its inputs laid out
+# as the model's convolutions leave them (sequence innermost): torch's inductor tiles that
+# kernel on two axes and stores the tail block of the reduction at full vector width.
+_TAIL_STORE = """
+import sys, torch, aotc
+from transformers.models.inkling2.configuration_inkling2 import Inkling2TextConfig
+from transformers.models.inkling2.modeling_inkling2 import Inkling2BlockAttentionResidual
+
+torch.manual_seed(0)
+model = Inkling2BlockAttentionResidual(Inkling2TextConfig(hidden_size=32)).eval()
+torch.nn.init.normal_(model.query)
+args = (torch.randn(2, 1, 32, 8).permute(0, 3, 1, 2), torch.randn(2, 32, 8).transpose(1, 2))
+aotc.export(model, args, sys.argv[1])
+aotc.compile(sys.argv[1], use_cache=False, fold=False)
+got, want = aotc.load(sys.argv[1], backend="aoti")(*args), model(*args)
+print(max((g - w).abs().max().item() for g, w in zip(got, want)))
+"""
+
+
+def test_a_kernel_inductor_would_write_past_its_output_is_compiled_within_it(tmp_path):
+    """pytorch issue 196681 (open): without aotc's tail_safe_tiling the package writes past
+    its output's end, "double free or corruption" (exit -6), so it runs in a process of its
+    own."""
+    pytest.importorskip("transformers.models.inkling2", reason="transformers with Inkling-2 (the hf extra)")
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _TAIL_STORE, str(tmp_path / "b")], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert float(run.stdout.split()[-1]) < 1e-5
+
+
 def test_compile_cache(tmp_path):
     spec = fresh_sample("classifier")
     first = aotc.export(spec.module, spec.args, tmp_path / "a").path

@@ -377,4 +377,5 @@ from aotc._torch_compat.inductor import (  # noqa: E402
     inductor_freezing_on,
     inductor_random_as_eager,
     record_constant_folding,
+    tail_safe_tiling,
 )

@@ -114,3 +114,35 @@ def record_constant_folding(on_fold: Callable[..., None]):
     finally:
         for m in modules:
             m.replace_node_with_constant = real
+
+
+@contextlib.contextmanager
+def tail_safe_tiling():
+    """Inductor's CPU kernels without the 2D tiling whose tail block stores a full vector.
+
+    A CPU kernel tiled on two axes, a pointwise outer one and a reduction with another
+    pointwise loop between them, stores each tail block's reduction at full vector width
+    (pytorch issue 196681, open as of torch 2.15; the fix, PR 196882, is not merged): past
+    the end of its output (heap corruption, "double free or corruption": Inkling-2's
+    attention over two keys, a (16, 2) output tiled by 16) or over the next row's values.
+    Such a kernel is tiled on its reduction axis alone instead, the way every row
+    reduction is vectorized, or not vectorized where that axis is not a reduction."""
+    from torch._inductor.codegen.cpp import TilingSelect  # inductor: only when compiling
+
+    real = TilingSelect.select_tiling
+
+    def select_tiling(self, fn_list, var_sizes_list):
+        factors, indices, stats = real(self, fn_list, var_sizes_list)
+        if len(indices) == 2:
+            pointwise, reduction = max(var_sizes_list, key=lambda sizes: len(sizes[1]))
+            if reduction and indices[0] + 1 < len(pointwise):  # torch checks the level after the outer axis only
+                if indices[1] >= len(pointwise):
+                    return factors[1:], indices[1:], stats
+                return [], [], stats
+        return factors, indices, stats
+
+    TilingSelect.select_tiling = select_tiling
+    try:
+        yield
+    finally:
+        TilingSelect.select_tiling = real
