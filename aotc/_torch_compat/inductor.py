@@ -122,7 +122,7 @@ def tail_safe_tiling():
 
     A CPU kernel tiled on two axes, a pointwise outer one and a reduction with another
     pointwise loop between them, stores each tail block's reduction at full vector width
-    (pytorch issue 196681, open as of torch 2.15; the fix, PR 196882, is not merged): past
+    (pytorch issue 196681, in torch 2.13 and 2.14.1; its fix, PR 196882, is not merged): past
     the end of its output (heap corruption, "double free or corruption": Inkling-2's
     attention over two keys, a (16, 2) output tiled by 16) or over the next row's values.
     Such a kernel is tiled on its reduction axis alone instead, the way every row

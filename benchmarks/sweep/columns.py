@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.sweep.noise import gradient_noise, grads, inference_noise
 from benchmarks.sweep.compare import access_differs, differs
+from benchmarks.sweep.noise import gradient_noise, grads, inference_noise
 
 VALUES = {"fx": dict(rtol=1e-4, atol=1e-5), "aoti": dict(rtol=1e-4, atol=1e-5), "onnx": dict(rtol=1e-3, atol=1e-4),
           "compile": dict(rtol=1e-3, atol=1e-4)}
