@@ -33,9 +33,11 @@ COMPILED_SAMPLES = [
     ("tiny_transformer", "autograd"),
     ("tiny_transformer", "joint"),
 ]
-# Corpus cases the aoti- and the onnx-backend tests compile (all of them with AOTC_FULL_CORPUS=1).
+# Corpus cases the aoti- and the onnx-backend tests compile, per mode ("eval" | "train"; all
+# of them with AOTC_FULL_CORPUS=1).
 _FULL_CORPUS = os.environ.get("AOTC_FULL_CORPUS") == "1"
-AOTI_CORPUS = {c.name for c in all_cases()} if _FULL_CORPUS else compiled_in_ci(all_cases(), "aoti")
+AOTI_CORPUS = {mode: {c.name for c in all_cases()} if _FULL_CORPUS else compiled_in_ci(all_cases(), "aoti", mode)
+               for mode in ("eval", "train")}
 ONNX_CORPUS = {c.name for c in all_cases()} if _FULL_CORPUS else compiled_in_ci(all_cases(), "onnx")
 SAMPLES = ROOT / "sample_models"
 SAMPLE_NAMES = ["mlp", "cnn", "tiny_transformer", "inplace", "classifier"]
@@ -115,8 +117,7 @@ def compiled(sample_bundles, corpus_bundles, int8_bundle, gpt_regions) -> bool:
     About 5 s of g++ per graph on 2 cores; the compile cache (build/aotc-cache) makes a
     second run on the same checkout take seconds.
     """
-    names = AOTI_CORPUS
-    corpus = [str(p) for (name, _), p in corpus_bundles.items() if isinstance(p, Path) and name in names]
+    corpus = [str(p) for (name, mode), p in corpus_bundles.items() if isinstance(p, Path) and name in AOTI_CORPUS[mode]]
     paths = [str(sample_bundles[key][0]) for key in COMPILED_SAMPLES] + corpus + [str(int8_bundle), str(gpt_regions)]
     with ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn")) as pool:
         list(pool.map(_compile, paths))

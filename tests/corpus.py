@@ -250,26 +250,35 @@ def all_cases() -> list[Case]:
     return [*CASES, *UPSTREAM]
 
 
-def compiled_in_ci(cases: list[Case], backend: str = "onnx") -> set[str]:
-    """Names of the cases whose bundles `make test` exports to ONNX, or (backend "aoti")
-    compiles for AOTInductor.
+# families whose forward+backward bundles make test also compiles for AOTInductor: the
+# runtime rebuilds their outputs' aliasing from compiled outputs in training too (views of
+# inputs and intermediates, synthetic bases, views inside its autograd.Function)
+AOTI_TRAIN_FAMILIES = {"synthetic_base", "custom_function", "output_aliases", "input_output_view"}
 
-    AOTInductor takes 10-20 s per bundle here (a clean clone compiles every one) and the
+
+def compiled_in_ci(cases: list[Case], backend: str = "onnx", mode: str = "eval") -> set[str]:
+    """Names of the cases whose `mode` bundles `make test` exports to ONNX, or (backend
+    "aoti") compiles for AOTInductor.
+
+    AOTInductor takes 10-20 s per graph here (a clean clone compiles every one) and the
     ONNX exporter about 2 s, and the full corpus has over 300 graphs. ONNX takes every fifth
     synthetic-base program (the aliasing the runtime rebuilds from compiled outputs), every
     twelfth program of this file, every tenth of the custom_function family (whose outputs
     the runtime rebuilds as views inside its autograd.Function), every sixteenth of each
     other upstream family (the first of each included): 17 programs, 33 bundles.
-    AOTInductor takes the first of each family and every fifth synthetic-base program: 13
-    programs, 26 bundles (its 33 made the `compiled` fixture 616 s of the rest's 1,830 in a
-    clean-clone `make test`, 34:45 in all). Every program runs on fx either way;
-    AOTC_FULL_CORPUS=1 compiles and exports all of them (about 30 minutes more).
+    AOTInductor takes the first of each family and every fifth synthetic-base program, 13
+    programs, and the forward+backward bundles of AOTI_TRAIN_FAMILIES' among them: 18
+    bundles (its 26 made the `compiled` fixture 639 s of the rest's 2,140 in a clean-clone
+    `make test`, 39 minutes in all). Every program runs on fx either way; AOTC_FULL_CORPUS=1
+    compiles and exports all of them (about 30 minutes more).
     """
     chosen, seen = set(), {}
     for case in cases:
         position = seen[case.family] = seen.get(case.family, -1) + 1
         if backend == "aoti":
             every = 5 if case.family == "synthetic_base" else len(cases)
+            if mode == "train" and case.family not in AOTI_TRAIN_FAMILIES:
+                continue
         else:
             every = {"synthetic_base": 5, "aotc": 12, "custom_function": 10}.get(case.family, 16)
         if position % every == 0:

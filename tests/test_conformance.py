@@ -37,7 +37,8 @@ from conformance_models import CASES, TEXTS, tokenizer_folder  # noqa: E402
 MODES = ("inference", "autograd")
 AOTI_CELLS = {("gpt2", "inference"), ("bert_sentence_embedding", "autograd"), ("sample_mlp", "inference"),
               ("sample_mlp", "autograd"), ("unet2d_condition", "inference"), ("autoencoder_kl", "inference"),
-              ("autoencoder_kl_encode", "inference"), ("bert_lora", "inference"), ("swin", "inference")}
+              ("autoencoder_kl_encode", "inference"), ("bert_lora", "inference"), ("swin", "inference"),
+              ("resnet", "autograd")}
 VALUES = {"fx": dict(rtol=1e-4, atol=1e-5), "aoti": dict(rtol=1e-4, atol=1e-5), "onnx": dict(rtol=1e-3, atol=1e-4)}
 GRADS = dict(rtol=1e-3, atol=1e-4)
 
@@ -72,7 +73,13 @@ FULL_ONLY: dict[tuple[str, str | None], str] = {
     ("roberta", None): "bert_classifier: the same encoder and head, other position ids",
     ("distilbert", None): "bert_classifier: a BERT encoder without token types",
     ("qwen2", None): "llama: the same decoder with biased q, k and v projections",
-    ("t5", "autograd"): "bart: an encoder-decoder trained on its logits",
+    # the next three took 103 s, 52 s and 92 s of the matrix's 2,160 s in a clean-clone run
+    ("t5", None): "bart: an encoder-decoder with its cache, and trained on its logits (T5's relative position "
+                  "buckets: make sweep's T5 rows, every backend)",
+    ("bert_classifier", "autograd"): "bert_sentence_embedding and bert_lora: the BERT encoder trained (the "
+                                     "classification head: its inference cells)",
+    ("unet2d_condition", "autograd"): "autoencoder_kl: diffusers' resnet, attention and up and down blocks trained "
+                                      "(the UNet's cross-attention: its inference cells)",
     ("autoencoder_kl_encode", "autograd"): "autoencoder_kl: the same encoder, trained whole",
     ("mistral_sliding", "autograd"): "llama: the same decoder trained (the sliding window: its inference cells)",
     ("swin", "autograd"): "vit and convnext: vision models trained (swin's windows: its inference cells)",
@@ -81,6 +88,10 @@ FULL_ONLY: dict[tuple[str, str | None], str] = {
 # AOTC_EVERY_AOTI_CELL=1, what each torch's AOTInductor takes is its question)
 FULL_ONLY_AOTI: dict[tuple[str, str], str] = {
     ("autoencoder_kl_encode", "inference"): "autoencoder_kl: its aoti cell compiles the same encoder, then the decoder",
+    # 146 s of the matrix's 2,160 (run beside two others); resnet's cell in its place takes 43 s alone
+    ("bert_sentence_embedding", "autograd"): "resnet's autograd aoti cell: a transformers model trained compiled, "
+                                             "BatchNorm's running statistics too; tests/test_runtime_training.py "
+                                             "trains tiny_transformer's attention compiled",
     # these two took 77 s and 78 s of the matrix's 1,468 s in a clean-clone run
     ("gpt2", "inference"): "tests/test_hf_folders.py::test_generation_runs_on_aoti: GPT-2 compiled, prefill at two "
                            "prompt lengths and decode over its cache give eager's tokens",

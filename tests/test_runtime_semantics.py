@@ -96,8 +96,8 @@ def _bundle(corpus_bundles, name: str, mode: str) -> Path | None:
     return None
 
 
-def _skip_uncompiled(name: str, backend: str) -> None:
-    if name not in {"aoti": AOTI_CORPUS, "onnx": ONNX_CORPUS}.get(backend, {name}):
+def _skip_uncompiled(name: str, backend: str, mode: str) -> None:
+    if name not in {"aoti": AOTI_CORPUS[mode], "onnx": ONNX_CORPUS}.get(backend, {name}):
         pytest.skip(f"compiled for {backend} only with AOTC_FULL_CORPUS=1 (seconds per graph)")
 
 
@@ -112,7 +112,7 @@ def test_eval_matches_eager(request, corpus_bundles, name, backend):
     bundle = _bundle(corpus_bundles, name, "eval")
     if bundle is None:
         return
-    _skip_uncompiled(name, backend)
+    _skip_uncompiled(name, backend, "eval")
     refusal = backend_fixture(request, backend, bundle)
     if backend == "onnx" and _onnx_refused(name, refusal):
         return
@@ -139,7 +139,7 @@ def test_train_matches_eager(request, corpus_bundles, name, backend):
     bundle = _bundle(corpus_bundles, name, "train")
     if bundle is None:
         return
-    _skip_uncompiled(name, backend)
+    _skip_uncompiled(name, backend, "train")
     backend_fixture(request, backend)
     case = BY_NAME[name]
     loaded = aotc.load(bundle, backend=backend, mode="train")
