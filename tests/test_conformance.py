@@ -92,6 +92,11 @@ FULL_ONLY_AOTI: dict[tuple[str, str], str] = {
     ("bert_sentence_embedding", "autograd"): "resnet's autograd aoti cell: a transformers model trained compiled, "
                                              "BatchNorm's running statistics too; tests/test_runtime_training.py "
                                              "trains tiny_transformer's attention compiled",
+    # these two took 15 s and 23 s of the matrix's 1,435 s in a clean-clone run
+    ("sample_mlp", "inference"): "the rest's `compiled` fixture compiles sample_models/mlp.py in every graph kind "
+                                 "(tests/test_runtime_*.py run it on aoti); real models' cells compile here",
+    ("sample_mlp", "autograd"): "resnet's autograd aoti cell: a dynamic batch trained compiled, BatchNorm's running "
+                                "statistics too; the rest compiles sample_models/mlp.py's forward+backward",
     # these two took 77 s and 78 s of the matrix's 1,468 s in a clean-clone run
     ("gpt2", "inference"): "tests/test_hf_folders.py::test_generation_runs_on_aoti: GPT-2 compiled, prefill at two "
                            "prompt lengths and decode over its cache give eager's tokens",
