@@ -74,16 +74,24 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
             "others, so its results would not be eager's. Use the fx or aoti backend for this graph "
             "(they replay torch's random stream), or make the model deterministic (e.g. eval-mode dropout)."
         )
-    complex_ops = sorted({str(n.target) for n in program.graph.nodes if n.op == "call_function"
-                          and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].is_complex()})
-    if complex_ops:
+    # torch.onnx lowers some complex computations (FNet's Fourier transform then `.real`) and
+    # fails on others (complex rotary products); export's check catches a wrong lowering
+    complex_ops = sorted({str(n.target) for n in program.graph.nodes
+                          if n.op == "call_function" and _is_complex(n.meta.get("val"))})
+    sig = bundle.signature.graphs[kind]
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    returned = list(program.graph.output_node().args[0])
+    complex_io = [slot.name for slot, n in zip(sig.inputs, placeholders) if _is_complex(n.meta.get("val"))]
+    complex_io += [slot.name for slot, v in zip(sig.outputs, returned)
+                   if _is_complex(getattr(v, "meta", {}).get("val"))]
+    complex_io = list(dict.fromkeys(complex_io))  # a constant used twice is one slot name
+    if complex_io:
         raise AotcError(
-            f"The {kind} graph computes with complex tensors ({', '.join(complex_ops[:4])}"
-            f"{', ...' if len(complex_ops) > 4 else ''}), which ONNX has no type for. Use the fx or aoti "
+            f"The {kind} graph takes or returns complex tensors ({', '.join(complex_io[:4])}"
+            f"{', ...' if len(complex_io) > 4 else ''}), which ONNX has no type for. Use the fx or aoti "
             "backend for this graph."
         )
     example = example_graph_inputs(bundle, kind, torch.device("cpu"))
-    sig = bundle.signature.graphs[kind]
     inputs = onnx_names([s.name for s in sig.inputs])
     outputs = onnx_names([s.name for s in sig.outputs])
     opset = opset or DEFAULT_OPSET
@@ -106,12 +114,22 @@ def export_graph(bundle, kind: str, target: Path, opset: int | None = None) -> d
         detail = f"operators without an ONNX translation: {', '.join(unsupported)}" if unsupported else (
             f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         )
+        if complex_ops:
+            raise AotcError(
+                f"The {kind} graph computes with complex tensors ({', '.join(complex_ops[:4])}"
+                f"{', ...' if len(complex_ops) > 4 else ''}), which ONNX has no type for, and torch.onnx "
+                f"could not lower them ({detail}). Use the fx or aoti backend for this graph."
+            ) from e
         raise AotcError(f"The {kind} graph cannot be exported to ONNX opset {opset}; {detail}.") from e
     target.parent.mkdir(parents=True, exist_ok=True)
     exported.save(str(target))
     _check_against_graph(target, program, example, sig, kind, bundle.metadata.programs.get(kind))
     return {"opset": str(opset), "inputs": ",".join(inputs), "outputs": ",".join(outputs),
             "torch": torch.__version__}
+
+
+def _is_complex(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_complex()
 
 
 def _check_against_graph(path: Path, program, example: list, sig, kind: str, meta=None) -> None:

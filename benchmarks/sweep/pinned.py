@@ -19,10 +19,14 @@ _SHARED = ("share memory",
            "aliasing")
 
 _COMPLEX = ("computes with complex tensors",
-            "its rotary embedding multiplies complex numbers, and ONNX has no complex type (torch.onnx fails too)")
+            "its rotary embedding multiplies complex numbers in a form torch.onnx cannot lower (its own export "
+            "of the model fails at the same step), and ONNX has no complex type")
+_COMPLEX_BUFFER = ("takes or returns complex tensors",
+                   "its rotary frequencies are complex tensors the graph takes as inputs (Lumina's image_rotary_emb "
+                   "argument, the others' constants), and ONNX has no complex type (torch.onnx fails too)")
 
 PINNED: dict[tuple[str, str], tuple[str, str]] = {
-    **{(f"diffusers/{c}", "onnx"): _COMPLEX for c in (
+    **{(f"diffusers/{c}", "onnx"): _COMPLEX_BUFFER for c in (
         "LuminaNextDiT2DModel", "NucleusMoEImageTransformer2DModel", "QwenImageControlNetModel",
         "QwenImageTransformer2DModel", "ZImageTransformer2DModel")},
     ("diffusers/AllegroTransformer3DModel", "onnx"): _SQUEEZE,
