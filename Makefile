@@ -170,7 +170,8 @@ gpu-check:
 # benchmarks/sweep/coverage.json. About 10 hours on 2 cores (a family's representative runs
 # every column in about 75 s, 25 of them AOTInductor's compile): SWEEP_ARGS="--resume" goes on
 # from the cases already in build/sweep/results, "--resume --stale" also runs again the cells
-# an earlier aotc commit ran (one commit throughout, over several runs), "--minutes 120" starts
+# an earlier aotc commit ran on other code (per column: a change to the onnx format's modules
+# leaves the other columns current; one commit throughout, over several runs), "--minutes 120" starts
 # no chunk after two hours (a piece of such a run), "--skip aoti" leaves a column out, "--only transformers/llama/" runs one family. timm runs in make test-torch's 2.14.1
 # venv (sweep-venv adds timm and torchvision built for that torch: don't shim torchvision).
 SWEEP_ARGS ?=

@@ -161,6 +161,40 @@ def test_a_cell_is_stale_when_the_code_it_ran_on_differs():
     assert not same_code("408221d", "1ecf5ed")  # flat_programs changed
     assert not same_code("1ecf5ed+", "1ecf5ed+")  # changes not committed are never known to be the same
     assert not same_code("?", "1ecf5ed")
+    # dd1cc9c changed the onnx format alone: only the onnx column's cells of 1c099fb are stale
+    assert same_code("1c099fb", "dd1cc9c", "fx") and same_code("1c099fb", "dd1cc9c", "torch.export")
+    assert not same_code("1c099fb", "dd1cc9c", "onnx") and not same_code("1c099fb", "dd1cc9c")
+
+
+def test_only_the_onnx_column_reaches_the_modules_staleness_gives_it_alone():
+    """--stale keeps every other column's cells current across a change to run.ONNX_ONLY: in
+    the code cells depend on, nothing names those modules but the format registry and the
+    onnx column (the other columns load bundles with backend="fx" or "aoti")."""
+    import ast
+
+    from benchmarks.sweep.run import ONNX_ONLY
+
+    names = [Path(f).stem for f in ONNX_ONLY]
+    found = []
+    for path in sorted([*ROOT.glob("aotc/**/*.py"), *ROOT.glob("exporters/*.py"), *ROOT.glob("benchmarks/sweep/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ONNX_ONLY:
+            continue
+        tree = ast.parse(path.read_text())
+        functions = [(f.lineno, f.end_lineno, f.name) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                said = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                said = [a.name for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                said = [node.value]
+            else:
+                continue
+            if any(f"exporters.{n}" in s for s in said for n in names):
+                inside = [name for start, end, name in functions if start <= node.lineno <= end]
+                found.append((rel, inside[-1] if inside else None))
+    assert sorted(set(found)) == [("benchmarks/sweep/columns.py", "aotc_onnx"), ("exporters/formats.py", None)]
 
 
 def test_a_resumed_sweep_goes_on_from_the_committed_records(tmp_path):

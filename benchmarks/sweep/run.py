@@ -48,6 +48,9 @@ TRANSFORMERS_ONLY = ("torch.export+caches",)  # n/a elsewhere: not planned, so n
 CODE_PATHS = ("aotc", "exporters", "benchmarks/sweep",
               *(f":(exclude)benchmarks/sweep/{f}" for f in ("run.py", "table.py", "pinned.py", "coverage.json")),
               *(f":(exclude,glob)aotc/tools/{f}" for f in ("bench*", "report*", "diff*", "suite_models/**")))
+# the onnx format's own modules, which only the onnx column imports (formats.get("onnx")): a change
+# there leaves every other column's cells current
+ONNX_ONLY = ("exporters/onnx.py", "exporters/onnx_translations.py")
 CASE_TIMEOUT_S = 900
 CHUNK = 6  # cases per child process: each start imports torch and the library (seconds)
 
@@ -125,7 +128,7 @@ def missing(p: Planned, results: Path, commit: str | None = None) -> Planned | N
     if record.get("eager") != "ok":
         return None
     left = tuple(c for c in p.columns if c not in record["columns"] or c == record.get("running")
-                 or (commit and not same_code(record["columns"][c].get("commit", "?"), commit)))
+                 or (commit and not same_code(record["columns"][c].get("commit") or "?", commit, c)))
     return dataclasses.replace(p, columns=left) if left else None
 
 
@@ -138,15 +141,24 @@ def current_commit() -> str:
     return (head or "?") + ("+" if dirty else "")
 
 
+def code_paths(column: str | None = None) -> tuple[str, ...]:
+    """What a column's cells depend on: CODE_PATHS, less the onnx format's modules for every
+    column but onnx (None: every column's)."""
+    if column in (None, "onnx"):
+        return CODE_PATHS
+    return (*CODE_PATHS, *(f":(exclude){f}" for f in ONNX_ONLY))
+
+
 @functools.cache
-def same_code(ran: str, now: str) -> bool:
-    """Whether commit `ran` has the code of `now` under CODE_PATHS ("+": changes not
-    committed, so never the same; "?": unknown)."""
+def same_code(ran: str, now: str, column: str | None = None) -> bool:
+    """Whether commit `ran` has the code of `now` that `column`'s cells depend on ("+":
+    changes not committed, so never the same; "?": unknown)."""
     if ran == now and not now.endswith("+"):
         return True
     if "+" in (ran[-1:], now[-1:]) or "?" in (ran, now):
         return False
-    diff = subprocess.run(["git", "diff", "--quiet", ran, now, "--", *CODE_PATHS], cwd=ROOT, capture_output=True)
+    diff = subprocess.run(["git", "diff", "--quiet", ran, now, "--", *code_paths(column)], cwd=ROOT,
+                          capture_output=True)
     return diff.returncode == 0
 
 

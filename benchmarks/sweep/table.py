@@ -101,6 +101,17 @@ def _commits(records: list[dict]) -> str:
     return ", ".join(f"{c} ({n} cells)" for c, n in ran.most_common()) or "none"
 
 
+def _current(records: list[dict]) -> str:
+    """How many cells ran on the code the working tree has, as `--stale` judges it (per
+    column: a change to the onnx format leaves the other columns' cells current)."""
+    from benchmarks.sweep.run import current_commit, same_code
+
+    now = current_commit()
+    cells = [(column, o.get("commit") or "?") for r in records for column, o in r.get("columns", {}).items()]
+    current = sum(same_code(ran, now, column) for column, ran in cells)
+    return f"{current} of {len(cells)} cells ran on code that is {now}'s for their column"
+
+
 def render(records: list[dict], problems: list[str], planned: int) -> str:
     counts = _counts(records)
     torches = sorted({r.get("torch", "?") for r in records})
@@ -114,7 +125,7 @@ def render(records: list[dict], problems: list[str], planned: int) -> str:
            "the rest did not build or run in eager from a small config, listed below).", "",
            *([f"**This run is not finished: {len(records)} of {planned} cases have a result.** "
               "`make sweep SWEEP_ARGS=--resume` goes on with the rest.", ""] if len(records) < planned else []),
-           f"aotc commits the cells ran on: {_commits(records)}.", "",
+           f"aotc commits the cells ran on: {_commits(records)}; {_current(records)}.", "",
            "| column | architectures passed | cases passed | WRONG | refused / failed |",
            "| --- | --- | --- | --- | --- |"]
     for column in COLUMNS:
