@@ -199,7 +199,8 @@ bench: install
 # The benchmark suite (aotc/tools/bench_suite.py): 21 real model definitions compiled with no
 # flags, against eager and torch.compile, at 1 thread and every core, 3 fresh processes per
 # variant; writes benchmarks/suite/{results.json,report.md,report.png}. Hours on 2 cores;
-# a part: make bench-suite SUITE_ARGS="--models bert,resnet --no-train"
+# a part: make bench-suite SUITE_ARGS="--models bert,resnet --no-train"; each part records the
+# commit it ran on, and SUITE_ARGS=--stale runs again the models whose parts ran on other code
 SUITE_ARGS ?=
 bench-suite: install
 	$(PY) -m pip install -q matplotlib

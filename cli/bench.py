@@ -30,6 +30,8 @@ from aotc.cli._common import (
               help="--suite: where results and bundles go.")
 @click.option("--no-train", is_flag=True, help="--suite: inference rows only.")
 @click.option("--no-inference", is_flag=True, help="--suite: training rows only (of the models that have them).")
+@click.option("--stale", is_flag=True, help="--suite: only the models with no row, or a part that ran on other aotc "
+              "code than the checkout's (the suite runs in parts; the report counts the parts on this code).")
 @click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines "
               "[default: for a bundle exported from a Hugging Face folder, rebuilt from its hf/config.json].")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")
@@ -54,7 +56,7 @@ from aotc.cli._common import (
 @json_option
 @debug_option
 @handles_errors
-def bench_command(bundle, suite, models, out, no_train, no_inference, model, backends, baselines, iters, warmup, device, threads,
+def bench_command(bundle, suite, models, out, no_train, no_inference, stale, model, backends, baselines, iters, warmup, device, threads,
                   repeats, train, record, sizes, trusted, public_keys, as_json, debug):
     """Time every backend of BUNDLE against eager, torch.compile, torch.compile's
     aot_compile artifact and the raw AOTInductor runner, side by side.
@@ -76,7 +78,9 @@ def bench_command(bundle, suite, models, out, no_train, no_inference, model, bac
     if suite:
         if no_train and no_inference:
             raise click.UsageError("--no-train and --no-inference leave nothing to time.")
-        return _suite(models, out, threads, repeats, iters or 30, not no_train, as_json, not no_inference)
+        return _suite(models, out, threads, repeats, iters or 30, not no_train, as_json, not no_inference, stale)
+    if stale:
+        raise click.UsageError("--stale picks the suite's models to run again: it goes with --suite.")
     if bundle is None:
         raise click.UsageError("name a BUNDLE to time, or --suite.")
     threads, iters = threads or 1, iters or 200
@@ -213,7 +217,7 @@ def _check_cell(check: str) -> str:
 
 
 def _suite(models: str | None, out: Path, threads: int | None, repeats: int, iters: int, train: bool,
-           as_json: bool, inference: bool = True) -> None:
+           as_json: bool, inference: bool = True, stale: bool = False) -> None:
     import os
     import time
 
@@ -230,7 +234,7 @@ def _suite(models: str | None, out: Path, threads: int | None, repeats: int, ite
             progress.reset(task, description=what, total=None)
 
         results = run_suite(names, out, counts, repeats=repeats, iters=iters, train=train, say=say,
-                            inference=inference)
+                            inference=inference, stale=stale)
     if as_json:
         emit_json(results)
     else:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,8 @@ from aotc.errors import AotcError
 from aotc.sources.model_file import load_model
 from aotc.tools import bench_suite
 from conftest import invoke
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_suite_has_real_models_of_every_family():
@@ -121,3 +125,43 @@ def test_a_training_only_run_keeps_the_inference_rows(tmp_path, monkeypatch):
     report = (tmp_path / "report.md").read_text()
     assert "| mlp | samples | 0.10 ms ±0% |" in report and "| mlp | joint+sgd | 0.20 ms | - | 2.00x ±0% | - | - | 7 s |" in report
     assert "Geomean of aotc's fused step over eager's: 2.00x (1 rows)." in report
+
+
+def test_each_part_records_the_code_it_ran_on_and_stale_runs_only_the_others(tmp_path, monkeypatch):
+    from aotc.tools import bench_provenance
+
+    known = subprocess.run(["git", "cat-file", "-e", "1c099fb^{commit}"], cwd=ROOT, capture_output=True)
+    if known.returncode:
+        pytest.skip("a clone without the history these commits are in")
+    now = "5414fdc"  # its aotc, exporters, cli and sample_models are dd1cc9c's; 1c099fb's ONNX exporter differs
+    monkeypatch.setattr(bench_provenance, "current_commit", lambda: now)
+    monkeypatch.setattr(bench_suite, "current_commit", lambda: now)
+    calls = []
+
+    def run_model(model, *args):
+        calls.append(model.name)
+        timed = {v: {"median_us": 100.0} for v in bench_suite.INFERENCE}
+        timed["torch.compile (cold cache)"] = {"median_us": 100.0, "cold_start_s": 9.0}
+        return {"family": "samples", "inference": {"1": timed}, "train": {}, "compile": {"compile_s": 5.0, "size_bytes": 1}}
+
+    monkeypatch.setattr(bench_suite, "run_model", run_model)
+    bench_suite.run_suite(["mlp", "classifier", "cnn"], tmp_path, [1], say=lambda _: None, train=False)
+    data = json.loads((tmp_path / "results.json").read_text())
+    ran = data["mlp"]["ran"]["inference 1"]
+    assert ran["commit"] == now and ran["torch"] == torch.__version__ and ran["cpu"]
+    data["mlp"]["ran"]["inference 1"]["commit"] = "dd1cc9c"  # other commit, same code
+    data["classifier"]["ran"]["inference 1"]["commit"] = "1c099fb"  # other code
+    del data["cnn"]["ran"]  # a row from before parts recorded it
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    calls.clear()
+    bench_suite.run_suite(["mlp", "classifier", "cnn"], tmp_path, [1], say=lambda _: None, train=False, stale=True)
+    assert calls == ["classifier", "cnn"]
+    report = (tmp_path / "report.md").read_text()
+    assert f"per aotc commit they ran on: {now} (2), dd1cc9c (1)" in report
+    assert f"3 of 3 ran on the code of {now}" in report
+
+
+def test_stale_goes_with_the_suite():
+    for args in (["--stale"], ["somewhere", "--stale"]):
+        result = invoke("bench", *args)
+        assert result.exit_code == 2 and "--stale picks the suite's models to run again" in result.stderr

@@ -12,7 +12,10 @@ that carry SGD and AdamW, against eager's same steps. Every variant runs in
 `repeats` fresh processes; figures are medians.
 
 Results go to `<out>/results.json` (a run adds to it model by model, so the suite can be
-run in parts), `<out>/report.md` (the table and the geomeans) and `<out>/report.png`.
+run in parts), `<out>/report.md` (the table and the geomeans) and `<out>/report.png`. Each
+part (a model's inference at one thread count, or one training step) records the aotc
+commit, torch and CPU it ran on; the report counts the parts that ran on the current code,
+and `stale=True` runs again only the models with a part that did not.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 
 from aotc.errors import AotcError
 from aotc.tools.bench import as_json, bench
+from aotc.tools.bench_provenance import current, current_commit, parts, provenance, stamp
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE.parent.parent / "sample_models"  # in a checkout of the repository
@@ -121,21 +125,28 @@ def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int
 
 
 def run_suite(names: list[str] | None, out: Path, threads: list[int], repeats: int = 3, iters: int = 30,
-              train: bool = True, say: Callable[[str], None] = print, inference: bool = True) -> dict:
+              train: bool = True, say: Callable[[str], None] = print, inference: bool = True,
+              stale: bool = False) -> dict:
     """Run the suite (or the models `names`), adding each model's rows to out/results.json
     as it finishes (rows of other thread counts or steps from earlier runs are kept);
     writes the report; returns every result so far. Without `inference`, only the
-    training rows of the models that have them."""
+    training rows of the models that have them; with `stale`, only the models whose row
+    has a part that ran on other code (or has no row)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     results = json.loads(path.read_text()) if path.is_file() else {}
     workdir = out / "bundles"
+    now = current_commit()
     for model in pick(names):
         if not inference and not (train and model.train):
+            continue
+        if stale and model.name in results and current(results[model.name], now):
+            say(f"{model.name}: every part ran on this code")
             continue
         row = run_model(model, workdir, threads, repeats, iters, train, say, inference)
         earlier = results.get(model.name, {})  # other thread counts and steps from earlier runs stay
         row.setdefault("compile", earlier.get("compile"))
+        row["ran"] = {**earlier.get("ran", {}), **dict.fromkeys(parts(row), stamp())}
         row["inference"] = {**earlier.get("inference", {}), **row["inference"]}
         row["train"] = {**earlier.get("train", {}), **row["train"]}
         results[model.name] = row
@@ -260,7 +271,8 @@ def report_md(results: dict) -> str:
              "Before it is timed, every variant's first call is compared with eager's on the same inputs, within "
              "the bundle's tolerances: outputs for inference, the loss for a training step. A variant that differs "
              "is WRONG: it counts in no ratio or geomean. "
-             + (f"**{len(wrong)} WRONG:** " + "; ".join(wrong) if wrong else "None was WRONG in this run."), ""]
+             + (f"**{len(wrong)} WRONG:** " + "; ".join(wrong) if wrong else "None was WRONG in this run."), "",
+             provenance(results), ""]
     for t in threads:
         lines += [f"## Inference, {t} thread{'s' * (int(t) > 1)}", "",
                   "| model | family | eager | aotc | raw | tc | tc freeze | tc freeze dyn | aotc vs best tc | aotc compile "

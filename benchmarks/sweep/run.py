@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from aotc.tools import code_identity
 from benchmarks.sweep.columns import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,8 @@ TRANSFORMERS_ONLY = ("torch.export+caches",)  # n/a elsewhere: not planned, so n
 # venvs hold: each record names its torch.
 CODE_PATHS = ("aotc", "exporters", "benchmarks/sweep",
               *(f":(exclude)benchmarks/sweep/{f}" for f in ("run.py", "table.py", "pinned.py", "coverage.json")),
-              *(f":(exclude,glob)aotc/tools/{f}" for f in ("bench*", "report*", "diff*", "suite_models/**")))
+              *(f":(exclude,glob)aotc/tools/{f}" for f in ("bench*", "report*", "diff*", "suite_models/**",
+                                                            "code_identity.py")))
 # the onnx format's own modules, which only the onnx column imports (formats.get("onnx")): a change
 # there leaves every other column's cells current
 ONNX_ONLY = ("exporters/onnx.py", "exporters/onnx_translations.py")
@@ -135,10 +136,7 @@ def missing(p: Planned, results: Path, commit: str | None = None) -> Planned | N
 def current_commit() -> str:
     """HEAD's short hash, with "+" where the working tree's code (CODE_PATHS) differs from it:
     not the page and data a run writes, which would make every run after the first "+"."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
-    return (head or "?") + ("+" if dirty else "")
+    return code_identity.current_commit(ROOT, CODE_PATHS)
 
 
 def code_paths(column: str | None = None) -> tuple[str, ...]:
@@ -149,17 +147,10 @@ def code_paths(column: str | None = None) -> tuple[str, ...]:
     return (*CODE_PATHS, *(f":(exclude){f}" for f in ONNX_ONLY))
 
 
-@functools.cache
 def same_code(ran: str, now: str, column: str | None = None) -> bool:
     """Whether commit `ran` has the code of `now` that `column`'s cells depend on ("+":
     changes not committed, so never the same; "?": unknown)."""
-    if ran == now and not now.endswith("+"):
-        return True
-    if "+" in (ran[-1:], now[-1:]) or "?" in (ran, now):
-        return False
-    diff = subprocess.run(["git", "diff", "--quiet", ran, now, "--", *code_paths(column)], cwd=ROOT,
-                          capture_output=True)
-    return diff.returncode == 0
+    return code_identity.same_code(ROOT, ran, now, code_paths(column))
 
 
 def seed(planned: list[Planned], results: Path, data: Path) -> int:
