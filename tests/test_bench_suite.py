@@ -159,6 +159,9 @@ def test_each_part_records_the_code_it_ran_on_and_stale_runs_only_the_others(tmp
     report = (tmp_path / "report.md").read_text()
     assert f"per aotc commit they ran on: {now} (2), dd1cc9c (1)" in report
     assert f"3 of 3 ran on the code of {now}" in report
+    calls.clear()  # a part none of them has: their 2-thread inference
+    bench_suite.run_suite(["mlp", "classifier"], tmp_path, [2], say=lambda _: None, train=False, stale=True)
+    assert calls == ["mlp", "classifier"]
 
 
 def test_stale_goes_with_the_suite():

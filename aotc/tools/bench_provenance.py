@@ -44,11 +44,10 @@ def parts(row: dict) -> list[str]:
     return [f"inference {t}" for t in row.get("inference", {})] + list(row.get("train", {}))
 
 
-def current(row: dict, now: str) -> bool:
-    """Whether every part of the row ran on the code of commit `now`."""
+def current(row: dict, wanted: list[str], now: str) -> bool:
+    """Whether the row has each of the `wanted` parts, run on the code of commit `now`."""
     ran = row.get("ran", {})
-    return bool(parts(row)) and all(code_identity.same_code(CHECKOUT, ran.get(p, {}).get("commit", "?"), now, CODE_PATHS)
-                                    for p in parts(row))
+    return all(code_identity.same_code(CHECKOUT, ran.get(p, {}).get("commit", "?"), now, CODE_PATHS) for p in wanted)
 
 
 def provenance(results: dict) -> str:

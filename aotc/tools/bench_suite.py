@@ -94,6 +94,10 @@ def compile_bundle(model: SuiteModel, target: Path, flags: list[str]) -> dict:
             "build": {p: e["build"] for p, e in summary.get("compiled", {}).items()}}
 
 
+TRAIN_STEPS = {"forward+backward": ["--autograd"], "joint+sgd": ["--joint", "--optimizer", "sgd"],
+               "joint+adamw": ["--joint", "--optimizer", "adamw"]}  # each with its aotc compile flags
+
+
 def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int, iters: int, train: bool,
               say: Callable[[str], None], inference: bool = True) -> dict:
     """One model's rows: {"inference": {threads: {variant: figures}}, "train": {...}, compile facts}."""
@@ -108,9 +112,7 @@ def run_model(model: SuiteModel, workdir: Path, threads: list[int], repeats: int
                         on_variant=lambda v, t=t: say(f"{model.name}: {v} ({t} thread{'s' * (t > 1)})"))
         row["inference"][str(t)] = {r["variant"]: r for r in as_json(results)}
     if train and model.train:
-        kinds = {"forward+backward": ["--autograd"], "joint+sgd": ["--joint", "--optimizer", "sgd"],
-                 "joint+adamw": ["--joint", "--optimizer", "adamw"]}
-        for kind, flags in kinds.items():
+        for kind, flags in TRAIN_STEPS.items():
             say(f"{model.name}: aotc compile {kind}")
             path = workdir / f"{model.name}-{kind.replace('+', '-')}"
             facts = compile_bundle(model, path, flags)
@@ -140,8 +142,9 @@ def run_suite(names: list[str] | None, out: Path, threads: list[int], repeats: i
     for model in pick(names):
         if not inference and not (train and model.train):
             continue
-        if stale and model.name in results and current(results[model.name], now):
-            say(f"{model.name}: every part ran on this code")
+        wanted = [f"inference {t}" for t in threads if inference] + list(TRAIN_STEPS if train and model.train else ())
+        if stale and current(results.get(model.name, {}), wanted, now):
+            say(f"{model.name}: its parts ran on this code")
             continue
         row = run_model(model, workdir, threads, repeats, iters, train, say, inference)
         earlier = results.get(model.name, {})  # other thread counts and steps from earlier runs stay
