@@ -168,3 +168,17 @@ def test_stale_goes_with_the_suite():
     for args in (["--stale"], ["somewhere", "--stale"]):
         result = invoke("bench", *args)
         assert result.exit_code == 2 and "--stale picks the suite's models to run again" in result.stderr
+
+
+def test_the_report_names_each_package_whose_weights_were_not_folded_and_why():
+    timed = {v: {"median_us": 100.0} for v in bench_suite.INFERENCE}
+    timed["torch.compile (cold cache)"] = {"median_us": 100.0, "cold_start_s": 9.0}
+
+    def row(build):
+        return {"family": "samples", "inference": {"1": timed}, "train": {},
+                "compile": {"compile_s": 5.0, "size_bytes": 1, "build": {"compiled/cpu/inference.pt2": build}}}
+
+    results = {"cnn": row({"weights": "folded"}),
+               "mlp": row({"weights": "inputs", "not_folded": "its largest linear layer takes 4,096 multiply-adds"})}
+    assert ("Weights: folded into the inference package (constants inductor prepacks) in 1 of 2 models; passed as "
+            "inputs in mlp (its largest linear layer takes 4,096 multiply-adds).") in bench_suite.report_md(results)

@@ -1,5 +1,6 @@
 """Where the benchmark suite's figures came from: the aotc commit, torch and CPU each part of
-a run ran on, and whether that is the current code (aotc/tools/code_identity.py).
+a run ran on, whether that is the current code (aotc/tools/code_identity.py), and which
+packages hold their weights folded.
 
 A part is a model's inference at one thread count, or one of its training steps: what one
 `aotc bench --suite` run of the model times together. The suite takes hours, so it runs in
@@ -62,3 +63,12 @@ def provenance(results: dict) -> str:
     return (f"Parts (a model's inference at one thread count, or one training step) per aotc commit they ran on: "
             f"{listed} (\"?\": before parts recorded it); {on_now} of {len(ran)} ran on the code of {now} "
             f"(aotc/, exporters/, cli/, sample_models/)" + (f"; {'; '.join(others)}" if others else "") + ".")
+
+
+def folding(results: dict) -> str:
+    """Which inference packages hold their weights folded, and why the others do not."""
+    builds = {n: e for n, r in results.items() for e in ((r.get("compile") or {}).get("build") or {}).values()}
+    unfolded = [f"{n} ({e.get('not_folded') or 'no reason recorded'})" for n, e in builds.items()
+                if e.get("weights") != "folded"]
+    return (f"Weights: folded into the inference package (constants inductor prepacks) in {len(builds) - len(unfolded)} "
+            f"of {len(builds)} models" + (f"; passed as inputs in {'; '.join(unfolded)}." if unfolded else "."))

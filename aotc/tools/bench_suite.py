@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aotc.errors import AotcError
 from aotc.tools.bench import as_json, bench
-from aotc.tools.bench_provenance import current, current_commit, parts, provenance, stamp
+from aotc.tools.bench_provenance import current, current_commit, folding, parts, provenance, stamp
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE.parent.parent / "sample_models"  # in a checkout of the repository
@@ -275,7 +275,7 @@ def report_md(results: dict) -> str:
              "the bundle's tolerances: outputs for inference, the loss for a training step. A variant that differs "
              "is WRONG: it counts in no ratio or geomean. "
              + (f"**{len(wrong)} WRONG:** " + "; ".join(wrong) if wrong else "None was WRONG in this run."), "",
-             provenance(results), ""]
+             provenance(results), "", folding(results), ""]
     for t in threads:
         lines += [f"## Inference, {t} thread{'s' * (int(t) > 1)}", "",
                   "| model | family | eager | aotc | raw | tc | tc freeze | tc freeze dyn | aotc vs best tc | aotc compile "
