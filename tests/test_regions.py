@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -39,6 +41,26 @@ def test_break_report_names_every_place(tmp_path):
         (branch, "data-dependent branch"), (helper, "tensor value in Python"),
     ]
     assert report["breaks"][1]["stack"][0].endswith(f"breaks.py:{_line(source, 'summarize(h)')} in forward")
+
+
+def test_a_break_report_leaves_the_process_as_it_was(tmp_path):
+    """Dynamo's first use in a process turns torch.distributions' argument checks off for
+    good; the report runs Dynamo after a failed capture, and the user's process keeps its
+    checks (the sweep saw GroupViT's training-mode export pass or fail by what its process
+    had run before). A fresh process: Dynamo's switch happens once per process."""
+    code = (f"import sys, torch; sys.path.insert(0, {str(SAMPLES)!r})\n"
+            "import aotc\n"
+            "from aotc.errors import GraphBreakError\n"
+            "from aotc.sources.model_file import load_model\n"
+            "spec = load_model(sys.argv[1])\n"
+            "assert torch.distributions.Distribution._validate_args\n"
+            "try:\n"
+            "    aotc.export(spec.module, (spec.args, spec.kwargs), sys.argv[2])\n"
+            "except GraphBreakError:\n"
+            "    print('reported', torch.distributions.Distribution._validate_args)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(SAMPLES / "breaks.py"), str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "reported True", proc.stderr[-2000:]
 
 
 def test_auto_regions_run_as_eager_with_the_glue_in_python(tmp_path):

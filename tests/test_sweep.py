@@ -151,6 +151,36 @@ def test_where_float64_goes_another_way_eager_at_another_thread_count_is_the_noi
     assert ctx.noise()[id(ctx.eager)] < 1e-5
 
 
+_FRESH = """
+import json, sys, torch
+from pathlib import Path
+from benchmarks.sweep import child
+from benchmarks.sweep.cases import Case
+
+class Sampled(torch.nn.Module):  # Normal checks its scale, a data-dependent test under torch.export
+    def forward(self, x):
+        return torch.distributions.Normal(x, x.abs() + 1).stddev
+
+case = Case("transformers/sampled/base", "transformers", "sampled", "base", lambda: (Sampled(), {"x": torch.ones(3)}))
+child.find = lambda name: case
+torch.compile(lambda x: x + 1, backend="eager")(torch.ones(1))  # Dynamo's first use turns the checks off
+out = Path(sys.argv[1])
+child.run_case(case.name, out, ["torch.export"])
+print(json.loads(out.read_text())["columns"]["torch.export"]["status"])
+"""
+
+
+def test_each_case_and_column_starts_as_in_a_fresh_process(tmp_path):
+    """A child runs many cases and columns, and Dynamo's first use in it (a torch.compile
+    column) turned torch.distributions' argument checks off for the rest: GroupViT's
+    training-mode torch.export passed after it, where a fresh process fails. Each case and
+    column starts with the checks a fresh process has."""
+    proc = subprocess.run([sys.executable, "-c", _FRESH, str(tmp_path / "case.json")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["fail"]  # as torch.export of it in a fresh process
+
+
 def test_a_cell_is_stale_when_the_code_it_ran_on_differs():
     from benchmarks.sweep.run import same_code
 

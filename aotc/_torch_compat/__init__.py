@@ -119,17 +119,27 @@ def export_schema_version() -> tuple[int, int]:
     return tuple(SCHEMA_VERSION)
 
 
+def distributions_check_arguments() -> bool:
+    """Whether torch.distributions checks its arguments by default (torch's default: under
+    __debug__). Dynamo's first use in a process turns the checks off for good
+    (TorchPatcher.patch), which changes what eager and torch.export do after it."""
+    return bool(torch.distributions.Distribution._validate_args)
+
+
 def dynamo_explain(model, args: tuple, kwargs: dict) -> Any:
     """torch._dynamo.explain of one call: graphs, and every graph break with its reason
     and user stack. Dynamo's caches are reset before and after, so nothing it compiled
-    stays behind."""
+    stays behind, and torch.distributions' argument checks are as they were (GroupViT's
+    Gumbel sampling exported in training mode after a break report, and not before)."""
     import torch._dynamo  # Dynamo is imported only by capture: aotc.load never pays for it
 
+    checks = distributions_check_arguments()
     torch._dynamo.reset()
     try:
         return torch._dynamo.explain(model)(*args, **kwargs)
     finally:
         torch._dynamo.reset()
+        torch.distributions.Distribution.set_default_validate_args(checks)
 
 
 def torch_function_mode_count() -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from aotc import _torch_compat as tc
 from benchmarks.sweep.columns import COLUMNS, Context, first_line, run_column
 from benchmarks.sweep.compare import differs
 from benchmarks.sweep.zoos import find
@@ -38,6 +39,14 @@ def _write(path: Path, record: dict) -> None:
 
 
 COMMIT = os.environ.get("AOTC_SWEEP_COMMIT", "?")  # the aotc commit each column ran (set by run.py)
+# torch.distributions' argument checks as a fresh process has them: Dynamo's first use (a
+# torch.compile column) turns them off for the rest of the process, and GroupViT's training-mode
+# export then passed where a fresh process fails. Each case and column starts with them as here.
+CHECKS = tc.distributions_check_arguments()
+
+
+def fresh_process_state() -> None:
+    torch.distributions.Distribution.set_default_validate_args(CHECKS)
 
 
 def run_case(name: str, out: Path, columns: list[str]) -> None:
@@ -48,6 +57,7 @@ def run_case(name: str, out: Path, columns: list[str]) -> None:
     if earlier and earlier.get("eager") == "ok" and earlier.get("torch") == record["torch"]:
         record["columns"] = earlier["columns"]  # a second pass adds columns to the first's
     start = time.perf_counter()
+    fresh_process_state()
     try:
         model, inputs = case.build()
         torch.manual_seed(0)
@@ -73,6 +83,7 @@ def run_case(name: str, out: Path, columns: list[str]) -> None:
         for column in columns:
             record["running"] = column
             _write(out, record)
+            fresh_process_state()
             record["columns"][column] = {**asdict(run_column(column, ctx)), "commit": COMMIT}
             ctx.earlier[column] = record["columns"][column]["status"]  # regions reads fx's, run just now
         record["running"] = None
