@@ -21,6 +21,7 @@ from aotc.capture.module_copy import copy_module
 from aotc.capture.optimizer_step import fuse_optimizer
 from aotc.contract import optimizers
 from aotc.contract.call_inputs import unwrap
+from aotc.contract.randomness import callers_random_state_kept
 from aotc.errors import AotcError, CaptureError, GraphBreakError, RangeNarrowedWarning
 from aotc.export_writer import Check, Contents, PhaseCallback, write_bundle
 from aotc.sources.model_file import FunctionModule
@@ -58,6 +59,7 @@ class ExportOptions:
     on_phase: PhaseCallback | None = None
 
 
+@callers_random_state_kept()
 def export(
     model: torch.nn.Module | Callable[..., Any],
     example_inputs: Any,

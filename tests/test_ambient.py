@@ -93,3 +93,21 @@ def test_inference_graph_refuses_inputs_that_want_a_gradient(bundles):
     eager_x = x.detach().clone().requires_grad_(True)
     _model()(eager_x).sum().backward()
     torch.testing.assert_close(x.grad, eager_x.grad)
+
+
+@pytest.mark.parametrize("graphs", [("inference",), ("joint",), ("forward", "backward")])
+def test_export_leaves_the_callers_random_state_as_it_was(tmp_path, graphs):
+    """Export runs the model eagerly (its references, training mode's checks) and seeds torch
+    for it: the caller's next draw is the one it would have been without the export."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).train(graphs != ("inference",))
+    x = torch.randn(2, 8)
+    loss = (lambda out, x: out.sum()) if graphs == ("joint",) else None
+    torch.manual_seed(123)
+    want = torch.rand(4)
+    torch.manual_seed(123)
+    aotc.export(model, (x,), tmp_path / "b", graphs=graphs, loss=loss)
+    assert torch.equal(torch.rand(4), want)
+    torch.manual_seed(123)
+    aotc.export_regions(model, (x,), tmp_path / "r", regions="0", graphs=("forward", "backward")
+                        if graphs != ("inference",) else graphs)
+    assert torch.equal(torch.rand(4), want)

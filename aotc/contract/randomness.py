@@ -14,6 +14,7 @@ An argument that is not a constant in the graph (a symbol, a tensor) counts as r
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -59,3 +60,14 @@ def draws_random(node: torch.fx.Node) -> bool:
 def random_ops(graph: torch.fx.Graph) -> list[str]:
     """The ops of `graph` that draw random numbers, by name, sorted; empty when none do."""
     return sorted({str(n.target) for n in graph.nodes if draws_random(n)})
+
+
+@contextlib.contextmanager
+def callers_random_state_kept():
+    """torch's generators as the caller had them, whatever runs inside: export runs the model
+    eagerly in training mode (its references and checks) and seeds torch for it, so the
+    caller's next draw would be another than without the export. CUDA's generators only
+    where CUDA has started: reading them would start it. Usable as a decorator."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        yield

@@ -42,6 +42,7 @@ from aotc.bundle.schema import FORMAT_VERSION, ModelInfo, to_json
 from aotc.capture.breaks import report
 from aotc.capture.dynamic_shapes import user_dynamic_shapes
 from aotc.capture.module_copy import copy_module
+from aotc.contract.randomness import callers_random_state_kept
 from aotc.errors import CaptureError, InputError, RegionError
 from aotc.runtime.regional import (  # noqa: F401 (public here before)
     REGIONS,
@@ -188,6 +189,7 @@ def _candidates(model: torch.nn.Module, calls: dict[str, _Call], regions: str) -
     return chosen
 
 
+@callers_random_state_kept()
 def export_regions(model: torch.nn.Module, example_inputs: Any, out: str | Path, regions: str = "auto",
                    graphs: tuple[str, ...] = ("inference",), *, dynamic_shapes=None, train: bool = False,
                    force: bool = False, name: str | None = None, source: str | None = None,
