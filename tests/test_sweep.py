@@ -78,6 +78,18 @@ def test_a_pinned_refusal_is_accepted_by_its_words_only(monkeypatch):
     assert len(problems_of(record)) == 1
 
 
+def test_a_pin_whose_case_no_longer_fails_is_listed(monkeypatch):
+    from benchmarks.sweep import table
+
+    monkeypatch.setattr(table, "PINNED", {("transformers/x/*", "aoti"): ("could not compile", "a reason"),
+                                          ("transformers/y/*", "aoti"): ("could not compile", "not run yet")})
+    still = _record(fx=("pass", ""), aoti=("refused", "AOTInductor could not compile"))
+    assert table.unused_pins([still]) == []
+    fixed = _record(fx=("pass", ""), aoti=("pass", ""))
+    assert table.unused_pins([fixed]) == ['`transformers/x/*` · aoti (ran 1: pass): "could not compile" matched nothing']
+    assert "## Pins that matched nothing" in table.render([fixed], [], 1)
+
+
 def test_the_comparison_catches_a_cache_layer_that_lost_its_attributes():
     """What the issue saw: the model ran, and `layers[0].conv_states` raised on the result."""
     import torch

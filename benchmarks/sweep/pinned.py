@@ -46,11 +46,6 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
         "`target.repeat(B, max_patch_num, 1)`); torch.export takes "
         "the training-mode forward, but AOTAutograd's trace of its backward guards on that count "
         "(GuardOnDataDependentSymNode: Eq(u0, 0)): a backward torch cannot trace"),
-    ("diffusers/AutoencoderKLMochi", "fwd+bwd"): (
-        "conv1.conv.bias differs by up to",
-        "a convolution's bias feeding a GroupNorm has an exact gradient of 0; eager's float32 value (2.7e-5) "
-        "and the graph's (1.5e-4, under one thread) are both the rounding of a sum that cancels, and "
-        "export's check, which allows 4x eager's own distance from float64, refuses the bundle"),
     **{(f"transformers/{f}/*", "onnx"): (
         "operators without an ONNX translation: aten.cummax.default, aten.cummin.default",
         "its text attention mask is built from the token ids with torch.cummax and torch.cummin over the "
@@ -74,8 +69,4 @@ PINNED: dict[tuple[str, str], tuple[str, str]] = {
         "a dropout after convolutions whose CPU kernels keep a channels-last layout where torch 2.14's "
         "fake kernels say contiguous: its mask is drawn in another memory order than eager's, and "
         "export's check refuses the bundle"),
-    ("timm/efficientvit_msra", "fwd+bwd"): (
-        "does not give eager's results",
-        "training-mode BatchNorm1d over a batch of 2 in its head: eager in float64 is 80% off eager in "
-        "float32, so eager's float32 result is rounding no graph reproduces, and export's check refuses it"),
 }

@@ -64,6 +64,20 @@ def problems_of(record: dict) -> list[str]:
     return out
 
 
+def unused_pins(records: list[dict]) -> list[str]:
+    """Pins whose cases ran their column and none of which failed with the pinned words:
+    a refusal that went away (fixed, or a case that no longer fails the same way). Pins
+    whose cases have not run yet are not judged."""
+    out = []
+    for (pattern, column), (words, why) in PINNED.items():
+        cells = [r["columns"][column] for r in records
+                 if fnmatch(r["name"], pattern) and column in r.get("columns", {})]
+        if cells and not any(c["status"] not in ("pass", "n/a") and words in c["detail"] for c in cells):
+            ran = ", ".join(sorted(Counter(c["status"] for c in cells)))
+            out.append(f"`{pattern}` · {column} (ran {len(cells)}: {ran}): \"{words}\" matched nothing")
+    return out
+
+
 def _counts(records: list[dict]) -> dict:
     ok = [r for r in records if r.get("eager") == "ok"]
     counts = {"cases": len(records), "built": len(ok),
@@ -141,6 +155,10 @@ def render(records: list[dict], problems: list[str], planned: int) -> str:
             "every column; its other heads run fx, fwd+bwd and the torch.export anchors.", ""]
     if problems:
         out += ["## Rows that fail the sweep", "", *[f"- {p}" for p in problems], ""]
+    if unused := unused_pins(records):
+        out += ["## Pins that matched nothing", "", "Their cases ran and did not fail with the pinned words: remove "
+                "the pin from benchmarks/sweep/pinned.py once the reason is understood.", "",
+                *[f"- {u}" for u in unused], ""]
     for library in ("transformers", "diffusers", "timm"):
         mine = [r for r in records if r["library"] == library]
         if not mine:
