@@ -69,7 +69,7 @@ def unused_pins(records: list[dict]) -> list[str]:
     a refusal that went away (fixed, or a case that no longer fails the same way). Pins
     whose cases have not run yet are not judged."""
     out = []
-    for (pattern, column), (words, why) in PINNED.items():
+    for (pattern, column), (words, _why) in PINNED.items():
         cells = [r["columns"][column] for r in records
                  if fnmatch(r["name"], pattern) and column in r.get("columns", {})]
         if cells and not any(c["status"] not in ("pass", "n/a") and words in c["detail"] for c in cells):
