@@ -306,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
 
         others = [r for r in json.loads(DATA.read_text())["cases"] if r["library"] not in libraries] \
             if DATA.exists() else []
-        records, planned_count = records + others, planned_count + len(others)
+        # by library, as a whole run plans them (a stable sort keeps each library's own order)
+        records = sorted(records + others, key=lambda r: r["library"])
+        planned_count += len(others)
         print(f"sweep: the page keeps {len(others)} committed results of other libraries", flush=True)
     problems = write_table(records, planned_count, partial=not whole, write=not args.no_table)
     for line in problems:
