@@ -31,7 +31,8 @@ from aotc.cli._common import (
 @click.option("--no-train", is_flag=True, help="--suite: inference rows only.")
 @click.option("--no-inference", is_flag=True, help="--suite: training rows only (of the models that have them).")
 @click.option("--stale", is_flag=True, help="--suite: only the models with no row, or a part that ran on other aotc "
-              "code than the checkout's (the suite runs in parts; the report counts the parts on this code).")
+              "code than the checkout's or on a CPU of another instruction set (the suite runs in parts; the "
+              "report counts the parts on this code).")
 @click.option("--model", help="Model file (or pkg.mod:factory) for the eager and torch.compile baselines "
               "[default: for a bundle exported from a Hugging Face folder, rebuilt from its hf/config.json].")
 @click.option("--backend", "backends", multiple=True, help="fx, aoti or onnx (repeatable) [default: all present].")

@@ -164,6 +164,24 @@ def test_each_part_records_the_code_it_ran_on_and_stale_runs_only_the_others(tmp
     assert calls == ["mlp", "classifier"]
 
 
+def test_a_part_timed_on_another_instruction_set_is_stale(monkeypatch):
+    """Two hosts named "AMD EPYC" ran the suite, one with AVX-512 and one without, and bert's
+    folded package went from 1.26x eager to 0.80x: parts from both are not one run."""
+    from aotc.tools import bench_provenance
+
+    monkeypatch.setattr(bench_provenance, "current_commit", lambda: "5414fdc")
+    row = {"ran": {"inference 1": {"commit": "5414fdc", "isa": "AVX512"}, "inference 2": {"commit": "5414fdc"}}}
+    assert bench_provenance.current(row, ["inference 1"], "5414fdc", here="AVX512")
+    assert not bench_provenance.current(row, ["inference 1"], "5414fdc", here="AVX2")
+    assert not bench_provenance.current(row, ["inference 2"], "5414fdc", here="AVX512")  # from before parts said
+    stamp = bench_provenance.stamp()
+    assert stamp["isa"] == torch.backends.cpu.get_cpu_capability()
+    other = "AVX2" if stamp["isa"] == "AVX512" else "AVX512"
+    row["ran"] = {"inference 1": {**stamp, "isa": other}, "inference 2": stamp}
+    row["inference"] = {"1": {}, "2": {}}
+    assert f"instruction set {other} (1), {stamp['isa']} (1)" in bench_provenance.provenance({"bert": row})
+
+
 def test_stale_goes_with_the_suite():
     for args in (["--stale"], ["somewhere", "--stale"]):
         result = invoke("bench", *args)

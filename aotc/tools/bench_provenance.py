@@ -1,6 +1,6 @@
-"""Where the benchmark suite's figures came from: the aotc commit, torch and CPU each part of
-a run ran on, whether that is the current code (aotc/tools/code_identity.py), and which
-packages hold their weights folded.
+"""Where the benchmark suite's figures came from: the aotc commit, torch, CPU and instruction
+set each part of a run ran on, whether that is the current code (aotc/tools/code_identity.py),
+and which packages hold their weights folded.
 
 A part is a model's inference at one thread count, or one of its training steps: what one
 `aotc bench --suite` run of the model times together. The suite takes hours, so it runs in
@@ -28,8 +28,18 @@ def current_commit() -> str:
     return code_identity.current_commit(CHECKOUT, CODE_PATHS)
 
 
+def isa() -> str:
+    """The instruction set torch's CPU kernels and inductor's code use here (AVX2, AVX512...).
+    Two hosts can share a CPU model name ("AMD EPYC") and differ in it, and with it every ratio:
+    oneDNN's prepacked linear, which a folded package calls, is fast with AVX-512 and slow without."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def stamp() -> dict:
-    """What a part ran on: the aotc commit ("+": with changes not committed), torch, the CPU."""
+    """What a part ran on: the aotc commit ("+": with changes not committed), torch, the CPU and
+    its instruction set."""
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -37,7 +47,7 @@ def stamp() -> dict:
     except (OSError, StopIteration):
         pass
     return {"commit": current_commit(), "torch": importlib.metadata.version("torch"),
-            "cpu": cpu, "date": datetime.date.today().isoformat()}
+            "cpu": cpu, "isa": isa(), "date": datetime.date.today().isoformat()}
 
 
 def parts(row: dict) -> list[str]:
@@ -45,10 +55,14 @@ def parts(row: dict) -> list[str]:
     return [f"inference {t}" for t in row.get("inference", {})] + list(row.get("train", {}))
 
 
-def current(row: dict, wanted: list[str], now: str) -> bool:
-    """Whether the row has each of the `wanted` parts, run on the code of commit `now`."""
+def current(row: dict, wanted: list[str], now: str, here: str | None = None) -> bool:
+    """Whether the row has each of the `wanted` parts, run on the code of commit `now` and on a
+    CPU of this one's instruction set (`here`, default this machine's): a run in parts is one
+    run only where every part ran on the same kind of host."""
     ran = row.get("ran", {})
-    return all(code_identity.same_code(CHECKOUT, ran.get(p, {}).get("commit", "?"), now, CODE_PATHS) for p in wanted)
+    here = here or isa()
+    return all(code_identity.same_code(CHECKOUT, ran.get(p, {}).get("commit", "?"), now, CODE_PATHS)
+               and ran.get(p, {}).get("isa") == here for p in wanted)
 
 
 def provenance(results: dict) -> str:
@@ -60,6 +74,10 @@ def provenance(results: dict) -> str:
     listed = ", ".join(f"{c} ({n})" for c, n in commits.most_common())
     others = [f"{k} {', '.join(sorted({r[k] for r in ran if k in r}))}" for k in ("torch", "cpu")
               if any(k in r for r in ran)]
+    # the kind of host matters as much as the code: a run in parts is one run on one instruction set
+    isas = Counter(r.get("isa", "?") for r in ran)
+    if set(isas) != {"?"}:
+        others.append("instruction set " + ", ".join(f"{i} ({n})" for i, n in isas.most_common()))
     return (f"Parts (a model's inference at one thread count, or one training step) per aotc commit they ran on: "
             f"{listed} (\"?\": before parts recorded it); {on_now} of {len(ran)} ran on the code of {now} "
             f"(aotc/, exporters/, cli/, sample_models/)" + (f"; {'; '.join(others)}" if others else "") + ".")

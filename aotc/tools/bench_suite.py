@@ -14,8 +14,9 @@ that carry SGD and AdamW, against eager's same steps. Every variant runs in
 Results go to `<out>/results.json` (a run adds to it model by model, so the suite can be
 run in parts), `<out>/report.md` (the table and the geomeans) and `<out>/report.png`. Each
 part (a model's inference at one thread count, or one training step) records the aotc
-commit, torch and CPU it ran on; the report counts the parts that ran on the current code,
-and `stale=True` runs again only the models with a part that did not.
+commit, torch, CPU and instruction set it ran on; the report counts the parts that ran on the
+current code, and `stale=True` runs again only the models with a part that did not, or that
+ran on another instruction set.
 """
 
 from __future__ import annotations
