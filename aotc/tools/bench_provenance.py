@@ -15,6 +15,8 @@ import platform
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from aotc.tools import code_identity
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -32,8 +34,6 @@ def isa() -> str:
     """The instruction set torch's CPU kernels and inductor's code use here (AVX2, AVX512...).
     Two hosts can share a CPU model name ("AMD EPYC") and differ in it, and with it every ratio:
     oneDNN's prepacked linear, which a folded package calls, is fast with AVX-512 and slow without."""
-    import torch
-
     return torch.backends.cpu.get_cpu_capability()
 
 
