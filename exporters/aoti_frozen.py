@@ -2,6 +2,9 @@
 
 Freezing folds constants (BatchNorm into the convolution before it, transposes, casts)
 and prepacks CPU convolution and linear weights for oneDNN; it makes CPU inference fast.
+On an x86 CPU without AVX-512, where oneDNN's prepacked linear is slower than aten's GEMM
+(linear_prepack_pays), linears stay aten's: a graph of linears alone keeps its weights as
+inputs, and one with convolutions is folded with its convolutions prepacked alone.
 
 - **Folded** (the default for CPU inference graphs): compiled frozen, the package left
   without its constants. While inductor freezes, a FoldRecorder records how it computed
@@ -19,6 +22,8 @@ and prepacks CPU convolution and linear weights for oneDNN; it makes CPU inferen
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import re
 import shutil
 import tempfile
@@ -61,11 +66,13 @@ def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: P
     them from the weights written into the package; the compile is checked by running
     the program on the bundle's weights, which must give the constants freezing made."""
     signature = bundle.signature.graphs[kind]
+    prepack_linears = linear_prepack_pays()  # convolutions are prepacked either way
 
     def compile_folded(program, example_inputs: list, package_path: Path) -> None:
         state = {f"state_{k}": i for k, i in enumerate(i for i, s in enumerate(signature.inputs) if s.role in STATE)}
         recorder = FoldRecorder(state, example_inputs)
-        with torch.no_grad(), tc.record_constant_folding(recorder):  # see compile_frozen on no_grad
+        # no_grad: see compile_frozen
+        with torch.no_grad(), tc.record_constant_folding(recorder), _linear_packing(prepack_linears):
             compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
                           package_path, FOLDED_OPTIONS)
         names = constant_names(package_path)
@@ -74,7 +81,7 @@ def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: P
         check_other_weights(program, fold, package_path, example_inputs, signature)
         write_into(package_path, fold)
 
-    key_options = {**FOLDED_OPTIONS, "fold_format": FOLD_VERSION}
+    key_options = {**FOLDED_OPTIONS, "fold_format": FOLD_VERSION, "prepack_linears": prepack_linears}
     fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_folded, key_options, profile)
     return Built({**fingerprint, "weights": "folded", "prepacked": str(prepacked_calls(target))}, cached)
 
@@ -131,17 +138,18 @@ def build_frozen(bundle, kind: str, device: torch.device, target: Path, cache: P
     """The graph compiled with its weights embedded (aotc compile --freeze)."""
     check_freezable(bundle, kind)
     signature = bundle.signature.graphs[kind]
+    prepack_linears = linear_prepack_pays()
 
     def compile_frozen(program, example_inputs: list, package_path: Path) -> None:
         # inductor applies freezing only with grad mode off (compile_fx checks
         # torch.is_grad_enabled()); under grad mode it would fold nothing, silently
-        with torch.no_grad():
+        with torch.no_grad(), _linear_packing(prepack_linears):
             compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
                           package_path, FROZEN_OPTIONS)
 
     # the package holds the weights: a cached one is reused only for the same weights
     weights = [f.sha256 for f in bundle.manifest.files if f.kind == "weights"]
-    key_options = {**FROZEN_OPTIONS, "weights": weights}
+    key_options = {**FROZEN_OPTIONS, "weights": weights, "prepack_linears": prepack_linears}
     fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_frozen, key_options, profile)
     return Built({**fingerprint, "frozen": "true", "prepacked": str(prepacked_calls(target))}, cached)
 
@@ -170,9 +178,22 @@ SMALL_LINEAR_MACS = 4_000_000
 _LINEAR = {"aten.linear.default": (0, 1, True), "aten.addmm.default": (1, 2, False), "aten.mm.default": (0, 1, False)}
 
 
-def small_linears_only(bundle, kind: str) -> str | None:
-    """Why folding would slow the graph down, or None: a graph with no convolution whose
-    every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes."""
+def linear_prepack_pays() -> bool:
+    """Whether oneDNN's prepacked linear outruns aten's GEMM on this CPU. On an x86 CPU
+    without AVX-512 it does not: on an AVX2-only AMD EPYC it took 1.0x to 1.27x addmm's
+    time at BERT's and ViT's sizes (benchmarks/linear_prepack.py), and BERT's folded package
+    115 ms against 93 ms with its weights as inputs; with AVX-512 the folded one is faster."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return not x86 or torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+def _linear_packing(prepack: bool):
+    return contextlib.nullcontext() if prepack else tc.linears_left_to_aten()
+
+
+def _layers(bundle, kind: str) -> tuple[bool, int | None]:
+    """Whether the graph has a convolution, and the multiply-adds of its largest linear layer
+    at the bundle's example sizes (0 with none; None where a size is unknown)."""
     graph = bundle.exported_program(kind).graph
     sizes = {}  # each size symbol of the graph's inputs, at the example's size
     for node, info in zip(graph.find_nodes(op="placeholder"), bundle.metadata.programs[kind].inputs):
@@ -188,28 +209,43 @@ def small_linears_only(bundle, kind: str) -> str | None:
             return int(value) if value.is_number else None
         return int(n)
 
-    largest = 0
+    conv, largest = False, 0
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         target = str(node.target)
-        if target.startswith(("aten.conv", "aten._conv", "aten.mkldnn_conv")):
-            return None  # prepacked convolutions win by milliseconds (resnet18: 23 ms against 25)
-        if target in _LINEAR:
+        conv = conv or target.startswith(("aten.conv", "aten._conv", "aten.mkldnn_conv"))
+        if target in _LINEAR and largest is not None:
             x_at, w_at, transposed = _LINEAR[target]
             x, w = node.args[x_at].meta.get("val"), node.args[w_at].meta.get("val")
             dims = [size(n) for n in (*x.shape, *w.shape)] if x is not None and w is not None else [None]
             if None in dims:
-                return None
+                largest = None
+                continue
             rows = 1
             for n in dims[:x.dim() - 1]:
                 rows *= n
             k, n = (dims[-1], dims[-2]) if transposed else (dims[-2], dims[-1])
             largest = max(largest, rows * k * n)
-    if largest >= SMALL_LINEAR_MACS or largest == 0:
+    return conv, largest
+
+
+def small_linears_only(bundle, kind: str) -> str | None:
+    """Why folding would slow the graph down, or None: a graph with no convolution whose
+    every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes, or, on
+    a CPU where oneDNN's prepacked linear is the slower GEMM (linear_prepack_pays), a graph
+    with linear layers and no convolution: prepacking them is all that folding brings it."""
+    conv, largest = _layers(bundle, kind)
+    if conv or largest == 0:  # prepacked convolutions win by milliseconds (resnet18: 23 ms against 25)
         return None
-    return (f"its largest linear layer takes {largest:,} multiply-adds at the example sizes, under "
-            f"{SMALL_LINEAR_MACS:,}: oneDNN's prepacked call would cost more than it saves")
+    if largest is not None and largest < SMALL_LINEAR_MACS:
+        return (f"its largest linear layer takes {largest:,} multiply-adds at the example sizes, under "
+                f"{SMALL_LINEAR_MACS:,}: oneDNN's prepacked call would cost more than it saves")
+    if not linear_prepack_pays():
+        return (f"its layers are linear, with no convolution, and on this CPU "
+                f"({torch.backends.cpu.get_cpu_capability()}) aten's GEMM outruns oneDNN's prepacked linear, "
+                "which is what folding would give them")
+    return None
 
 
 def check_freezable(bundle, kind: str) -> None:

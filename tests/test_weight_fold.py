@@ -17,7 +17,8 @@ import aotc
 from aotc.errors import BundleError
 from conftest import SAMPLES, fresh_sample, invoke
 from aotc.exporters import weight_fold
-from aotc.exporters.aoti_frozen import small_linears_only
+from aotc.exporters import aoti_frozen
+from aotc.exporters.aoti_frozen import linear_prepack_pays, prepacked_calls, small_linears_only
 from aotc.exporters.weight_fold import FoldProgram
 
 pytestmark = pytest.mark.slow  # AOTInductor compiles (about 15 s each here)
@@ -46,8 +47,10 @@ def test_default_compile_folds_the_weights_and_matches_eager(folded_cnn):
     path, summary = folded_cnn
     build = summary["compiled"]["compiled/cpu/inference.pt2"]["build"]
     eager = fresh_sample("cnn").module.eval()
-    layers = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) for m in eager.modules())
-    assert build["weights"] == "folded" and int(build["prepacked"]) == layers
+    # every convolution prepacked for oneDNN, and every linear where that pays on this CPU
+    packed = (torch.nn.Conv2d, torch.nn.Linear) if linear_prepack_pays() else torch.nn.Conv2d
+    layers = sum(isinstance(m, packed) for m in eager.modules())
+    assert build["weights"] == "folded" and int(build["prepacked"]) == layers > 0
     # the package holds code only: the weights are stored once, in weights.safetensors
     assert summary["compiled"]["compiled/cpu/inference.pt2"]["size_bytes"] < 4 << 20
     loaded = aotc.load(path, backend="aoti")
@@ -141,12 +144,35 @@ def test_a_graph_of_small_linear_layers_keeps_its_weights_as_inputs(tmp_path):
     (lambda: nn.Linear(2048, 2048), (8, 2048)),  # 33.6M multiply-adds: prepacking pays
     (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(2)), (1, 3, 8, 8)),  # a convolution
 ], ids=["large-linear", "conv"])
-def test_large_layers_and_convolutions_are_folded(tmp_path, make, example):
+def test_large_layers_and_convolutions_are_folded(tmp_path, monkeypatch, make, example):
+    monkeypatch.setattr(aoti_frozen, "linear_prepack_pays", lambda: True)  # a CPU with AVX-512
     model = make().eval()
     x = torch.randn(*example)
     model(x)  # materializes a lazy layer
     bundle = aotc.export(model, (x,), tmp_path / "b")
     assert small_linears_only(bundle, "inference") is None
+
+
+def test_where_prepacked_linears_are_slower_linears_stay_atens(tmp_path, monkeypatch):
+    """On an x86 CPU without AVX-512 oneDNN's prepacked linear is slower than aten's GEMM
+    (benchmarks/linear_prepack.md): a graph of large linears keeps its weights as inputs, and
+    one with a convolution is folded with the convolution alone prepacked."""
+    monkeypatch.setattr(aoti_frozen, "linear_prepack_pays", lambda: False)
+    torch.manual_seed(0)
+    linears = nn.Linear(2048, 2048).eval()
+    assert "aten's GEMM outruns oneDNN's prepacked linear" in small_linears_only(
+        aotc.export(linears, (torch.randn(8, 2048),), tmp_path / "linears"), "inference")
+    mixed, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 512), nn.GELU(),
+                             nn.Linear(512, 10)).eval(), torch.randn(2, 3, 16, 16)
+    aotc.export(mixed, (x,), tmp_path / "mixed")
+    build = aotc.compile(tmp_path / "mixed").manifest.file("compiled/cpu/inference.pt2").build
+    assert build["weights"] == "folded" and build["prepacked"] == "1"  # the convolution
+    assert prepacked_calls(tmp_path / "mixed" / "compiled" / "cpu" / "inference.pt2") == 1
+    loaded = aotc.load(tmp_path / "mixed", backend="aoti")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), mixed(x), rtol=1e-4, atol=1e-5)
+        loaded.load_state_dict(other_weights(mixed, 1).state_dict())  # refolded for new weights
+        torch.testing.assert_close(loaded(x), mixed(x), rtol=1e-4, atol=1e-5)
 
 
 def test_a_fold_program_names_torch_ops_only():
