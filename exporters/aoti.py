@@ -33,7 +33,7 @@ from aotc.exporters.aoti_frozen import (
     build_folded,
     build_frozen,
     folded_weights,
-    small_linears_only,
+    folding_would_slow,
     updated_buffers,
 )
 from aotc.exporters.aoti_profiles import ProfiledGraph, narrows, parse_build, size_checks  # noqa: F401 (narrows: add_artifacts)
@@ -69,15 +69,15 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
 def _build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
     compile from options.cache_dir): a CPU inference graph folded unless options.fold is
-    off or its linear layers are too small to gain (small_linears_only), or frozen where
-    options.freeze asks; any other graph with its weights as inputs, a joint graph
-    updating them in place (exporters/aoti_updates.py)."""
+    off or folding would slow it (folding_would_slow: small linears, or linears on a CPU
+    without AVX-512), or frozen where options.freeze asks; any other graph with its weights
+    as inputs, a joint graph updating them in place (exporters/aoti_updates.py)."""
     cache = options.cache_dir if options.use_cache else None
     if options.freeze and kind in FREEZABLE:
         return build_frozen(bundle, kind, device, target, cache, options.profile)
     not_folded = None
     if options.fold and kind in FREEZABLE and device.type == "cpu":
-        not_folded = updated_buffers(bundle, kind) or small_linears_only(bundle, kind)
+        not_folded = updated_buffers(bundle, kind) or folding_would_slow(bundle, kind)
         if not not_folded:
             try:
                 return build_folded(bundle, kind, device, target, cache, options.profile)

@@ -230,7 +230,7 @@ def _layers(bundle, kind: str) -> tuple[bool, int | None]:
     return conv, largest
 
 
-def small_linears_only(bundle, kind: str) -> str | None:
+def folding_would_slow(bundle, kind: str) -> str | None:
     """Why folding would slow the graph down, or None: a graph with no convolution whose
     every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes, or, on
     a CPU where oneDNN's prepacked linear is the slower GEMM (linear_prepack_pays), a graph

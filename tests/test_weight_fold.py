@@ -18,7 +18,7 @@ from aotc.errors import BundleError
 from conftest import SAMPLES, fresh_sample, invoke
 from aotc.exporters import weight_fold
 from aotc.exporters import aoti_frozen
-from aotc.exporters.aoti_frozen import linear_prepack_pays, small_linears_only
+from aotc.exporters.aoti_frozen import linear_prepack_pays, folding_would_slow
 from aotc.exporters.weight_fold import FoldProgram
 
 pytestmark = pytest.mark.slow  # AOTInductor compiles (about 15 s each here)
@@ -150,7 +150,7 @@ def test_large_layers_and_convolutions_are_folded(tmp_path, monkeypatch, make, e
     x = torch.randn(*example)
     model(x)  # materializes a lazy layer
     bundle = aotc.export(model, (x,), tmp_path / "b")
-    assert small_linears_only(bundle, "inference") is None
+    assert folding_would_slow(bundle, "inference") is None
 
 
 def test_where_prepacked_linears_are_slower_linears_stay_atens(tmp_path, monkeypatch):
@@ -160,7 +160,7 @@ def test_where_prepacked_linears_are_slower_linears_stay_atens(tmp_path, monkeyp
     monkeypatch.setattr(aoti_frozen, "linear_prepack_pays", lambda: False)
     torch.manual_seed(0)
     linears = nn.Linear(2048, 2048).eval()
-    assert "aten's GEMM outruns oneDNN's prepacked linear" in small_linears_only(
+    assert "aten's GEMM outruns oneDNN's prepacked linear" in folding_would_slow(
         aotc.export(linears, (torch.randn(8, 2048),), tmp_path / "linears"), "inference")
     mixed, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 512), nn.GELU(),
                              nn.Linear(512, 10)).eval(), torch.randn(2, 3, 16, 16)
