@@ -83,6 +83,13 @@ FULL_ONLY: dict[tuple[str, str | None], str] = {
     ("autoencoder_kl_encode", "autograd"): "autoencoder_kl: the same encoder, trained whole",
     ("mistral_sliding", "autograd"): "llama: the same decoder trained (the sliding window: its inference cells)",
     ("swin", "autograd"): "vit and convnext: vision models trained (swin's windows: its inference cells)",
+    # the next two took 66 s and 44 s of the matrix's 1,613 s in a clean-clone run
+    ("whisper", "autograd"): "bart: an encoder-decoder trained on its logits through cross-attention, and "
+                             "wav2vec2_ctc: an audio model trained (whisper's convolutions and positions: its "
+                             "inference cells)",
+    ("gpt2", "autograd"): "tests/test_hf.py::test_forward_backward_gradients_match_eager[gpt2]: GPT-2's outputs "
+                          "and every parameter's gradient at two sizes, against eager; llama and mixtral_moe: "
+                          "decoders trained here",
 }
 # and these cells' AOTInductor compiles, for the same reason (make test-torch compiles them:
 # AOTC_EVERY_AOTI_CELL=1, what each torch's AOTInductor takes is its question)

@@ -169,7 +169,7 @@ def test_search_and_collapse(browser, sample_bundles, tmp_path):
 class Stack(torch.nn.Module):
     """A deep stack of small blocks: a graph of a few thousand nodes."""
 
-    def __init__(self, depth: int = 240):
+    def __init__(self, depth: int = 130):
         super().__init__()
         self.blocks = torch.nn.ModuleList(
             torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU()) for _ in range(depth))
@@ -183,7 +183,7 @@ class Stack(torch.nn.Module):
 def test_a_big_graph_starts_collapsed_and_opens_module_by_module(browser, tmp_path):
     bundle = aotc.export(Stack().eval(), (torch.randn(2, 8),), tmp_path / "stack")
     expected = _expected_nodes(bundle, "inference")
-    assert expected > 2500
+    assert expected > 1300  # more than MAX_DRAW boxes
     _open(browser, _report(bundle.path, tmp_path / "stack.html"))
     boxes = lambda: _drawn(browser) + _drawn(browser, "g.group-node")  # noqa: E731
     groups = _drawn(browser, "g.group-node")
@@ -202,7 +202,7 @@ def test_a_big_graph_starts_collapsed_and_opens_module_by_module(browser, tmp_pa
     assert 0 < boxes() <= 1200
     # search finds a node inside a collapsed block and opens its block
     browser.execute_script("document.getElementById('collapse-all').click()")
-    browser.execute_script("const s = document.getElementById('search'); s.value = 'blocks.200.2';"
+    browser.execute_script("const s = document.getElementById('search'); s.value = 'blocks.120.2';"
                            "s.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'}))")
     assert browser.execute_script("return [...document.querySelectorAll('#graph g.node.match text')]"
                                   ".map(t => t.textContent)") == ["gelu"]
