@@ -167,7 +167,7 @@ def test_search_and_collapse(browser, sample_bundles, tmp_path):
 
 
 class Stack(torch.nn.Module):
-    """A deep stack of small blocks: a graph of a few thousand nodes."""
+    """A deep stack of small blocks: a graph of about 1,560 nodes, more than the page draws at once."""
 
     def __init__(self, depth: int = 130):
         super().__init__()
