@@ -1,16 +1,16 @@
 """oneDNN's prepacked linear and convolution against aten's own calls (and MKL's packed
-linear), on this CPU: the
-measurement behind aotc compile's fold rule (exporters/aoti_frozen.linear_prepack_pays).
+linear), on this CPU, at 1 and 2 threads: the measurement behind folding linear layers on
+every CPU (exporters/aoti_frozen.py).
 
 Inductor's freezing, ahead of time, turns each linear layer into oneDNN's prepacked linear
 (`mkldnn._linear_pointwise` on a weight reordered once) and each convolution into oneDNN's
 prepacked convolution. Those are the calls a folded package makes; a package with its
 weights as inputs calls aten's addmm (MKL's sgemm) and aten's convolution. This times both
-at the suite models' sizes: BERT and ViT's linears at their example sizes, ResNet's and
-ConvNeXt's convolutions. Each pair's outputs are compared before timing; the two calls take
+at the suite models' sizes: BERT's, ViT's and a 128-token decoder prefill's linears (GPT-2's
+fused QKV and LM head) at their example sizes, ResNet's and ConvNeXt's convolutions. Each pair's outputs are compared before timing; the two calls take
 turns, and each figure is the median of the repeats' medians, with the spread (min-max).
 
-    .venv/bin/python benchmarks/linear_prepack.py [--iters 30] [--repeats 5]
+    .venv/bin/python benchmarks/linear_prepack.py [--iters 30] [--repeats 5] [--threads 1,2]
 
 Writes benchmarks/linear_prepack.md (the instruction set named in it).
 """
@@ -26,13 +26,17 @@ import torch
 
 OUT = Path(__file__).resolve().parent / "linear_prepack.md"
 
-# (rows, in, out): rows = batch x tokens
+# (rows, in, out[, bias]): rows = batch x tokens
 LINEARS = {
     "BERT attention (2x128 tokens, 768->768)": (256, 768, 768),
     "BERT FFN up (768->3072)": (256, 768, 3072),
     "BERT FFN down (3072->768)": (256, 3072, 768),
     "ViT attention (197 tokens, 768->768)": (197, 768, 768),
     "ViT FFN up (768->3072)": (197, 768, 3072),
+    "prefill (128 tokens, 768->2304, GPT-2's QKV)": (128, 768, 2304),
+    "prefill FFN up (128 tokens, 768->3072)": (128, 768, 3072),
+    "prefill FFN down (128 tokens, 3072->768)": (128, 3072, 768),
+    "prefill LM head (128 tokens, 768->8192, no bias)": (128, 768, 8192, False),
     "one token (768->768)": (1, 768, 768),
 }
 # (channels in, size, channels out, kernel, groups)
@@ -53,11 +57,11 @@ def _median_ms(fn, iters: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def linear_calls(rows: int, k: int, n: int) -> dict:
-    x, w, b = torch.randn(rows, k), torch.randn(n, k), torch.randn(n)
+def linear_calls(rows: int, k: int, n: int, bias: bool = True) -> dict:
+    x, w, b = torch.randn(rows, k), torch.randn(n, k), torch.randn(n) if bias else None
     packed = torch.ops.mkldnn._reorder_linear_weight(w, rows)
     mkl = torch.ops.mkl._mkl_reorder_linear_weight(w, rows)
-    return {"aten": lambda: torch.addmm(b, x, w.t()),
+    return {"aten": (lambda: torch.addmm(b, x, w.t())) if bias else (lambda: torch.mm(x, w.t())),
             "onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""),
             "mkl": lambda: torch.ops.mkl._mkl_linear(x, mkl, w, b, rows)}
 
@@ -88,21 +92,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", default="1,2", help="thread counts, one table each")
     args = parser.parse_args()
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     isa = torch.backends.cpu.get_cpu_capability()
-    lines = [f"# oneDNN's prepacked calls against aten's, {isa}, 1 thread", "",
-             f"`benchmarks/linear_prepack.py --iters {args.iters} --repeats {args.repeats}`, torch "
-             f"{torch.__version__}, instruction set {isa}. Milliseconds a call, median of {args.repeats} "
+    lines = [f"# oneDNN's prepacked calls against aten's, {isa}", "",
+             f"`benchmarks/linear_prepack.py --iters {args.iters} --repeats {args.repeats} --threads {args.threads}`, "
+             f"torch {torch.__version__}, instruction set {isa}. Milliseconds a call, median of {args.repeats} "
              "interleaved medians (min-max); a ratio over 1 means the prepacked call is slower than aten's. "
              "aten: addmm (MKL's sgemm) and conv2d, what a package with its weights as inputs calls; oneDNN "
              "prepacked: what inductor's freezing makes ahead of time (a folded package); MKL packed: what it "
              "makes compiling just in time with static sizes (torch.compile with freezing), which an ahead-of-time "
-             "package cannot hold (the packed matrix may not move in memory).", "",
-             "| layer | aten | oneDNN prepacked | MKL packed | oneDNN / aten | MKL / aten |",
-             "|---|---|---|---|---|---|"]
+             "package cannot hold (the packed matrix may not move in memory)."]
 
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        lines += ["", f"## {threads} thread{'s' if threads > 1 else ''}", "",
+                  "| layer | aten | oneDNN prepacked | MKL packed | oneDNN / aten | MKL / aten |",
+                  "|---|---|---|---|---|---|"]
+        print(f"{threads} thread(s)", flush=True)
+        _tables(lines, args)
+    OUT.write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT}")
+
+
+def _tables(lines: list, args) -> None:
     def cell(figures) -> str:
         median, low, high = figures
         return f"{median:.3f} ({low:.3f}-{high:.3f})"
@@ -116,8 +130,6 @@ def main() -> None:
                    f"{r['onednn'][0] / a:.2f} | {mkl[1]} |")
             print(row, flush=True)
             lines.append(row)
-    OUT.write_text("\n".join(lines) + "\n")
-    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":

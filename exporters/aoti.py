@@ -69,8 +69,7 @@ def build(bundle, kind: str, device: torch.device, target: Path, options: BuildO
 def _build(bundle, kind: str, device: torch.device, target: Path, options: BuildOptions) -> Built:
     """Compile the bundle's `kind` graph for `device` (or reuse an identical earlier
     compile from options.cache_dir): a CPU inference graph folded unless options.fold is
-    off or folding would slow it (folding_would_slow: small linears, or linears on a CPU
-    without AVX-512), or frozen where options.freeze asks; any other graph with its weights
+    off or folding would slow it (folding_would_slow: small linears), or frozen where options.freeze asks; any other graph with its weights
     as inputs, a joint graph updating them in place (exporters/aoti_updates.py)."""
     cache = options.cache_dir if options.use_cache else None
     if options.freeze and kind in FREEZABLE:

@@ -2,9 +2,6 @@
 
 Freezing folds constants (BatchNorm into the convolution before it, transposes, casts)
 and prepacks CPU convolution and linear weights for oneDNN; it makes CPU inference fast.
-On an x86 CPU without AVX-512, where oneDNN's prepacked linear is slower than aten's GEMM
-(linear_prepack_pays), linears stay aten's: a graph of linears alone keeps its weights as
-inputs, and one with convolutions is folded with its convolutions prepacked alone.
 
 - **Folded** (the default for CPU inference graphs): compiled frozen, the package left
   without its constants. While inductor freezes, a FoldRecorder records how it computed
@@ -22,8 +19,6 @@ inputs, and one with convolutions is folded with its convolutions prepacked alon
 
 from __future__ import annotations
 
-import contextlib
-import platform
 import re
 import shutil
 import tempfile
@@ -66,13 +61,11 @@ def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: P
     them from the weights written into the package; the compile is checked by running
     the program on the bundle's weights, which must give the constants freezing made."""
     signature = bundle.signature.graphs[kind]
-    prepack_linears = linear_prepack_pays()  # convolutions are prepacked either way
 
     def compile_folded(program, example_inputs: list, package_path: Path) -> None:
         state = {f"state_{k}": i for k, i in enumerate(i for i, s in enumerate(signature.inputs) if s.role in STATE)}
         recorder = FoldRecorder(state, example_inputs)
-        # no_grad: see compile_frozen
-        with torch.no_grad(), tc.record_constant_folding(recorder), _linear_packing(prepack_linears):
+        with torch.no_grad(), tc.record_constant_folding(recorder):  # see compile_frozen on no_grad
             compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
                           package_path, FOLDED_OPTIONS)
         names = constant_names(package_path)
@@ -81,7 +74,7 @@ def build_folded(bundle, kind: str, device: torch.device, target: Path, cache: P
         check_other_weights(program, fold, package_path, example_inputs, signature)
         write_into(package_path, fold)
 
-    key_options = {**FOLDED_OPTIONS, "fold_format": FOLD_VERSION, "prepack_linears": prepack_linears}
+    key_options = {**FOLDED_OPTIONS, "fold_format": FOLD_VERSION}
     fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_folded, key_options, profile)
     return Built({**fingerprint, "weights": "folded", "prepacked": str(prepacked_calls(target))}, cached)
 
@@ -138,18 +131,17 @@ def build_frozen(bundle, kind: str, device: torch.device, target: Path, cache: P
     """The graph compiled with its weights embedded (aotc compile --freeze)."""
     check_freezable(bundle, kind)
     signature = bundle.signature.graphs[kind]
-    prepack_linears = linear_prepack_pays()
 
     def compile_frozen(program, example_inputs: list, package_path: Path) -> None:
         # inductor applies freezing only with grad mode off (compile_fx checks
         # torch.is_grad_enabled()); under grad mode it would fold nothing, silently
-        with torch.no_grad(), _linear_packing(prepack_linears):
+        with torch.no_grad():
             compile_graph(frozen_program(program, signature, example_inputs), _user(signature, example_inputs),
                           package_path, FROZEN_OPTIONS)
 
     # the package holds the weights: a cached one is reused only for the same weights
     weights = [f.sha256 for f in bundle.manifest.files if f.kind == "weights"]
-    key_options = {**FROZEN_OPTIONS, "weights": weights, "prepack_linears": prepack_linears}
+    key_options = {**FROZEN_OPTIONS, "weights": weights}
     fingerprint, cached = compile_cached(bundle, kind, device, target, cache, compile_frozen, key_options, profile)
     return Built({**fingerprint, "frozen": "true", "prepacked": str(prepacked_calls(target))}, cached)
 
@@ -176,19 +168,6 @@ def updated_buffers(bundle, kind: str) -> str | None:
 # tiny_transformer 99 µs against 34 µs; BERT (50M multiply-adds a linear) 73 ms against 84.
 SMALL_LINEAR_MACS = 4_000_000
 _LINEAR = {"aten.linear.default": (0, 1, True), "aten.addmm.default": (1, 2, False), "aten.mm.default": (0, 1, False)}
-
-
-def linear_prepack_pays() -> bool:
-    """Whether oneDNN's prepacked linear outruns aten's GEMM on this CPU. On an x86 CPU
-    without AVX-512 it does not: on an AVX2-only AMD EPYC it took 1.0x to 1.27x addmm's
-    time at BERT's and ViT's sizes (benchmarks/linear_prepack.py), and BERT's folded package
-    115 ms against 93 ms with its weights as inputs; with AVX-512 the folded one is faster."""
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    return not x86 or torch.backends.cpu.get_cpu_capability().startswith("AVX512")
-
-
-def _linear_packing(prepack: bool):
-    return contextlib.nullcontext() if prepack else tc.linears_left_to_aten()
 
 
 def _layers(bundle, kind: str) -> tuple[bool, int | None]:
@@ -232,19 +211,13 @@ def _layers(bundle, kind: str) -> tuple[bool, int | None]:
 
 def folding_would_slow(bundle, kind: str) -> str | None:
     """Why folding would slow the graph down, or None: a graph with no convolution whose
-    every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes, or, on
-    a CPU where oneDNN's prepacked linear is the slower GEMM (linear_prepack_pays), a graph
-    with linear layers and no convolution: prepacking them is all that folding brings it."""
+    every linear layer takes under SMALL_LINEAR_MACS at the bundle's example sizes."""
     conv, largest = _layers(bundle, kind)
     if conv or largest == 0:  # prepacked convolutions win by milliseconds (resnet18: 23 ms against 25)
         return None
     if largest is not None and largest < SMALL_LINEAR_MACS:
         return (f"its largest linear layer takes {largest:,} multiply-adds at the example sizes, under "
                 f"{SMALL_LINEAR_MACS:,}: oneDNN's prepacked call would cost more than it saves")
-    if not linear_prepack_pays():
-        return (f"its layers are linear, with no convolution, and on this CPU "
-                f"({torch.backends.cpu.get_cpu_capability()}) aten's GEMM outruns oneDNN's prepacked linear, "
-                "which is what folding would give them")
     return None
 
 

@@ -17,8 +17,7 @@ import aotc
 from aotc.errors import BundleError
 from conftest import SAMPLES, fresh_sample, invoke
 from aotc.exporters import weight_fold
-from aotc.exporters import aoti_frozen
-from aotc.exporters.aoti_frozen import linear_prepack_pays, folding_would_slow
+from aotc.exporters.aoti_frozen import folding_would_slow
 from aotc.exporters.weight_fold import FoldProgram
 
 pytestmark = pytest.mark.slow  # AOTInductor compiles (about 15 s each here)
@@ -47,9 +46,7 @@ def test_default_compile_folds_the_weights_and_matches_eager(folded_cnn):
     path, summary = folded_cnn
     build = summary["compiled"]["compiled/cpu/inference.pt2"]["build"]
     eager = fresh_sample("cnn").module.eval()
-    # every convolution prepacked for oneDNN, and every linear where that pays on this CPU
-    packed = (torch.nn.Conv2d, torch.nn.Linear) if linear_prepack_pays() else torch.nn.Conv2d
-    layers = sum(isinstance(m, packed) for m in eager.modules())
+    layers = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) for m in eager.modules())  # each prepacked
     assert build["weights"] == "folded" and int(build["prepacked"]) == layers > 0
     # the package holds code only: the weights are stored once, in weights.safetensors
     assert summary["compiled"]["compiled/cpu/inference.pt2"]["size_bytes"] < 4 << 20
@@ -144,34 +141,12 @@ def test_a_graph_of_small_linear_layers_keeps_its_weights_as_inputs(tmp_path):
     (lambda: nn.Linear(2048, 2048), (8, 2048)),  # 33.6M multiply-adds: prepacking pays
     (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(2)), (1, 3, 8, 8)),  # a convolution
 ], ids=["large-linear", "conv"])
-def test_large_layers_and_convolutions_are_folded(tmp_path, monkeypatch, make, example):
-    monkeypatch.setattr(aoti_frozen, "linear_prepack_pays", lambda: True)  # a CPU with AVX-512
+def test_large_layers_and_convolutions_are_folded(tmp_path, make, example):
     model = make().eval()
     x = torch.randn(*example)
     model(x)  # materializes a lazy layer
     bundle = aotc.export(model, (x,), tmp_path / "b")
     assert folding_would_slow(bundle, "inference") is None
-
-
-def test_where_prepacked_linears_are_slower_linears_stay_atens(tmp_path, monkeypatch):
-    """On an x86 CPU without AVX-512 oneDNN's prepacked linear is slower than aten's GEMM
-    (benchmarks/linear_prepack.md): a graph of large linears keeps its weights as inputs, and
-    one with a convolution is folded with the convolution alone prepacked."""
-    monkeypatch.setattr(aoti_frozen, "linear_prepack_pays", lambda: False)
-    torch.manual_seed(0)
-    linears = nn.Linear(2048, 2048).eval()
-    assert "aten's GEMM outruns oneDNN's prepacked linear" in folding_would_slow(
-        aotc.export(linears, (torch.randn(8, 2048),), tmp_path / "linears"), "inference")
-    mixed, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 512), nn.GELU(),
-                             nn.Linear(512, 10)).eval(), torch.randn(2, 3, 16, 16)
-    aotc.export(mixed, (x,), tmp_path / "mixed")
-    build = aotc.compile(tmp_path / "mixed").manifest.file("compiled/cpu/inference.pt2").build
-    assert build["weights"] == "folded" and build["prepacked"] == "1"  # the convolution, neither linear
-    loaded = aotc.load(tmp_path / "mixed", backend="aoti")
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(x), mixed(x), rtol=1e-4, atol=1e-5)
-        loaded.load_state_dict(other_weights(mixed, 1).state_dict())  # refolded for new weights
-        torch.testing.assert_close(loaded(x), mixed(x), rtol=1e-4, atol=1e-5)
 
 
 def test_a_fold_program_names_torch_ops_only():

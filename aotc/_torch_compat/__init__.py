@@ -386,7 +386,6 @@ from aotc._torch_compat.inductor import (  # noqa: E402
     inductor_cpu_isa,
     inductor_freezing_on,
     inductor_random_as_eager,
-    linears_left_to_aten,
     record_constant_folding,
     tail_safe_tiling,
 )

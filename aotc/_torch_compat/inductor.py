@@ -116,37 +116,6 @@ def record_constant_folding(on_fold: Callable[..., None]):
             m.replace_node_with_constant = real
 
 
-def _never(match) -> bool:
-    return False
-
-
-@contextlib.contextmanager
-def linears_left_to_aten():
-    """Inside the block, inductor's freezing prepacks convolutions for oneDNN but leaves
-    linear layers as aten's mm/addmm (MKL's sgemm) on their folded weights. torch has one
-    switch for both (config.cpp.weight_prepack): the freezing patterns that pack a linear
-    are given a check that never matches, for the block."""
-    from torch._inductor.fx_passes import freezing_patterns  # inductor: only when compiling
-
-    if not (torch._C._has_mkldnn and freezing_patterns.config.cpp.weight_prepack):
-        yield  # nothing gets prepacked
-        return
-    freezing_patterns.lazy_init()  # registers the patterns, once a process, as freezing_passes does
-    entries = [e for p in freezing_patterns.pass_patterns for es in p.patterns.values() for e in es
-               if getattr(e.extra_check, "__name__", "") == "_is_packable_linear"]
-    if not entries:
-        raise UnsupportedTorchError("inductor's freezing has no linear prepacking pattern where aotc looks for it; "
-                                    f"aotc's weight folding is tested with torch {SUPPORTED_TORCH}.")
-    checks = [e.extra_check for e in entries]
-    for e in entries:
-        e.extra_check = _never
-    try:
-        yield
-    finally:
-        for e, check in zip(entries, checks):
-            e.extra_check = check
-
-
 @contextlib.contextmanager
 def tail_safe_tiling():
     """Inductor's CPU kernels without the 2D tiling whose tail block stores a full vector.

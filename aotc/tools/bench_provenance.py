@@ -33,7 +33,7 @@ def current_commit() -> str:
 def isa() -> str:
     """The instruction set torch's CPU kernels and inductor's code use here (AVX2, AVX512...).
     Two hosts can share a CPU model name ("AMD EPYC") and differ in it, and with it every ratio:
-    oneDNN's prepacked linear, which a folded package calls, is fast with AVX-512 and slow without."""
+    oneDNN's prepacked calls, which a folded package makes, and the GEMMs they stand against vary by it."""
     return torch.backends.cpu.get_cpu_capability()
 
 

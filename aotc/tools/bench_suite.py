@@ -268,8 +268,8 @@ def report_md(results: dict) -> str:
              "`aotc`: `aotc compile` with no flags, loaded with aotc.load; "
              "`raw`: the same package's own runner; `tc`: torch.compile (warm cache); `tc freeze`: torch.compile "
              "with inductor's freezing; `tc freeze dyn`: the same with `dynamic=True` (its linears run on oneDNN, "
-             "as a folded package's do on a CPU with AVX-512, not on MKL's packed sgemm: benchmarks/text_codegen.md; "
-             "without AVX-512 aotc leaves its linears to aten's GEMM: benchmarks/linear_prepack.md); "
+             "as a folded package's do, not on MKL's packed sgemm: benchmarks/text_codegen.md, "
+             "benchmarks/linear_prepack.md); "
              "`aotc vs best tc`: aotc over the fastest of the three, a tie where either's "
              "spread is wider than the margin. Compile: `aotc compile --no-cache` wall time, and torch.compile's "
              "cold-cache first call.", "",
