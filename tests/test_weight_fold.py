@@ -8,6 +8,7 @@ package that kept its old constants would be a silent wrong result."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 import pytest
 import torch
@@ -191,3 +192,41 @@ def test_outputs_that_hold_nan_are_folded_and_match_eager(tmp_path):
     assert bundle.manifest.file("compiled/cpu/inference.pt2").build["weights"] == "folded"
     with torch.no_grad():
         torch.testing.assert_close(aotc.load(tmp_path / "b", backend="aoti")(x), model(x), equal_nan=True)
+
+
+class _Block(nn.Module):
+    """A transformer FFN's shape: linear, GELU, linear, residual add; 8.4M multiply-adds a layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(1024, 1024), nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        return self.down(nn.functional.gelu(self.up(x))) + x
+
+
+def test_where_linear_post_ops_are_slower_they_stay_generated_kernels(tmp_path, monkeypatch):
+    """Where oneDNN's post-ops on a linear are slower than a separate kernel (an x86 CPU
+    without AVX-512: the residual add's post-op took 1.4x to 5x the time there), the folded
+    package calls the plain prepacked linear and leaves the GELU and the add to generated
+    kernels; inductor's own patterns are back in force after the compile."""
+    from torch._inductor.fx_passes import post_grad
+
+    from aotc._torch_compat import inductor as inductor_compat
+    from aotc.exporters import aoti_frozen
+
+    monkeypatch.setattr(aoti_frozen, "linear_post_ops_pay", lambda: False)
+    torch.manual_seed(0)
+    model, x = _Block().eval(), torch.randn(8, 1024)
+    aotc.export(model, (x,), tmp_path / "b")
+    bundle = aotc.compile(tmp_path / "b", use_cache=False)  # a cached package would skip inductor's passes
+    entries = [e for p in post_grad.pass_patterns for es in p.patterns.values() for e in es]
+    assert entries and all(e.extra_check is not inductor_compat._never for e in entries)
+    build = bundle.manifest.file("compiled/cpu/inference.pt2").build
+    assert build["weights"] == "folded" and build["prepacked"] == "2"
+    with zipfile.ZipFile(tmp_path / "b" / "compiled" / "cpu" / "inference.pt2") as z:
+        code = "".join(z.read(n).decode() for n in z.namelist() if n.endswith("wrapper.cpp"))
+    assert code.count("aoti_torch_cpu__linear_pointwise(") == 2 and "_linear_pointwise_binary" not in code
+    assert '"gelu"' not in code
+    with torch.no_grad():
+        torch.testing.assert_close(aotc.load(tmp_path / "b", backend="aoti")(x), model(x), rtol=1e-4, atol=1e-4)

@@ -386,6 +386,7 @@ from aotc._torch_compat.inductor import (  # noqa: E402
     inductor_cpu_isa,
     inductor_freezing_on,
     inductor_random_as_eager,
+    linear_post_ops_unfused,
     record_constant_folding,
     tail_safe_tiling,
 )

@@ -146,3 +146,42 @@ def tail_safe_tiling():
         yield
     finally:
         TilingSelect.select_tiling = real
+
+
+def _never(match) -> bool:
+    return False
+
+
+@contextlib.contextmanager
+def linear_post_ops_unfused():
+    """Inside the block, the pointwise op after a prepacked linear (a residual add, GELU,
+    SiLU, tanh) stays a generated kernel instead of becoming a oneDNN post-op of the linear.
+    torch has no switch for it: the post-grad patterns that fuse into
+    mkldnn._linear_pointwise are given a check that never matches, for the block.
+    Convolutions' post-ops are left alone."""
+    import inspect
+
+    from torch._inductor.fx_passes import post_grad  # inductor: only when compiling
+
+    if not torch._C._has_mkldnn:
+        yield  # nothing is prepacked, so nothing fuses
+        return
+    post_grad.lazy_init()  # registers the patterns, once a process, in the order inductor does
+    linear = torch.ops.mkldnn._linear_pointwise.default
+
+    def fuses_into_linear(entry) -> bool:
+        try:
+            return inspect.getclosurevars(entry.extra_check).nonlocals.get("computation_op") is linear
+        except TypeError:  # a check that is not a plain function
+            return False
+
+    # none found (another torch laid them out otherwise): the post-ops stay fused, slower, never wrong
+    entries = [e for p in post_grad.pass_patterns for es in p.patterns.values() for e in es if fuses_into_linear(e)]
+    checks = [e.extra_check for e in entries]
+    for e in entries:
+        e.extra_check = _never
+    try:
+        yield
+    finally:
+        for e, check in zip(entries, checks):
+            e.extra_check = check
