@@ -8,6 +8,7 @@ Inductor is imported inside each function: loading a bundle must not pay for it.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import threading
 from collections.abc import Callable
@@ -159,8 +160,6 @@ def linear_post_ops_unfused():
     torch has no switch for it: the post-grad patterns that fuse into
     mkldnn._linear_pointwise are given a check that never matches, for the block.
     Convolutions' post-ops are left alone."""
-    import inspect
-
     from torch._inductor.fx_passes import post_grad  # inductor: only when compiling
 
     if not torch._C._has_mkldnn:
