@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from linear_prepack import _median_ms  # noqa: E402  (the same timing as the calls it extends)
 
 OUT = Path(__file__).resolve().parent / "linear_post_ops.md"
 # (layer, rows, in, out, post-op): the post-ops inductor fuses into these models' linears
@@ -49,17 +53,6 @@ def calls(rows: int, k: int, n: int, post_op: str) -> dict:
     return {"fused": lambda: linear(x, packed, b, *UNARY[post_op]), "separate": lambda: SEPARATE[post_op](plain())}
 
 
-def _median_ms(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,2")
@@ -80,6 +73,8 @@ def main() -> None:
         for name, rows, k, n, post_op in LAYERS:
             fns = calls(rows, k, n, post_op)
             torch.testing.assert_close(fns["fused"](), fns["separate"](), rtol=1e-4, atol=1e-4)
+            for fn in (*fns.values(), *fns.values()):  # warm both (oneDNN builds its primitive on a first call)
+                fn()
             ms = {v: [] for v in fns}
             for _ in range(args.repeats):
                 for v, fn in fns.items():
