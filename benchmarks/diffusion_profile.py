@@ -15,9 +15,11 @@ turns, each checked against eager first:
   layout optimization already runs the convolutions channels-last), and each attention
   size written as matmul, softmax and matmul instead of torch's SDPA, timed alone.
 
-    .venv/bin/python benchmarks/diffusion_profile.py [--models unet2d_condition,vae_decoder] [--rounds 3]
+    .venv/bin/python benchmarks/diffusion_profile.py [--models unet2d_condition,vae_decoder] [--rounds 3] [--out PATH]
 
-Writes benchmarks/diffusion_profile.{md,json}. About 10 minutes on 2 cores.
+Writes benchmarks/diffusion_profile.{md,json} (or PATH.{md,json}). About 10 minutes on 2 cores.
+Any suite model can be studied the same way: `--models bert,gpt2,wav2vec2 --out
+benchmarks/text_profile` bounds the text and audio families (about 5 minutes a model).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def study(name: str, rounds: int, tmp: Path, say) -> dict:
 
 
 def report(results: dict) -> str:
-    lines = ["# Diffusion models: where the time goes", "",
+    lines = [f"# Where the time goes: {', '.join(results['models'])}", "",
              f"Made by `benchmarks/diffusion_profile.py`, 1 thread, torch {results['torch']}. Each variant's first "
              "call is checked against eager's output (rtol and atol 1e-3) before it is timed; times are medians "
              "over fresh processes that take turns, ± their spread.", ""]
