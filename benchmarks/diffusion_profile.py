@@ -138,9 +138,15 @@ def study(name: str, rounds: int, tmp: Path, say) -> dict:
             "profiles": {v: categorize(t.pop("profile")) for v, t in timed.items() if t.get("profile")}}
 
 
+def host_line(results: dict) -> str:
+    host = results.get("host")  # runs before it was recorded have none
+    return f"{host['cpu']} (instruction set {host['isa']}), aotc {host['commit']}" if host else "an unrecorded host"
+
+
 def report(results: dict) -> str:
     lines = [f"# Where the time goes: {', '.join(results['models'])}", "",
-             f"Made by `benchmarks/diffusion_profile.py`, 1 thread, torch {results['torch']}. Each variant's first "
+             f"Made by `benchmarks/diffusion_profile.py` on {host_line(results)}, 1 thread, torch {results['torch']}. "
+             "Each variant's first "
              "call is checked against eager's output (rtol and atol 1e-3) before it is timed; times are medians "
              "over fresh processes that take turns, ± their spread.", ""]
     for name, r in results["models"].items():

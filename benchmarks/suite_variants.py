@@ -77,6 +77,8 @@ def main(description: str, default_models: str, out: Path, study, report) -> int
 
     import torch
 
+    from aotc.tools import bench_provenance
+
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--models", default=default_models)
     parser.add_argument("--rounds", type=int, default=3)
@@ -84,7 +86,7 @@ def main(description: str, default_models: str, out: Path, study, report) -> int
     a = parser.parse_args()
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix=f"aotc-{out.name}-") as tmp:
-        results = {"torch": torch.__version__,
+        results = {"torch": torch.__version__, "host": bench_provenance.stamp(),
                    "models": {m: study(m, a.rounds, Path(tmp), say) for m in a.models.split(",")}}
     a.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     a.out.with_suffix(".md").write_text(report(results) + "\n")
